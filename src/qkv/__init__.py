@@ -1,0 +1,36 @@
+"""QKV: attention mechanisms written to be read, and proven against PyTorch."""
+
+from qkv.block import TransformerBlock
+from qkv.classic import AdditiveAttention, LuongAttention
+from qkv.dispatch import attention, select_backend
+from qkv.functional import attention_weights, scaled_dot_product_attention
+from qkv.kernels import flash_attention
+from qkv.masks import (
+    additive_to_keep,
+    causal_mask,
+    keep_to_additive,
+    keep_to_key_padding,
+    key_padding_to_keep,
+    padding_mask,
+    sliding_window_mask,
+)
+from qkv.multihead import MultiHeadAttention
+
+__all__ = [
+    "AdditiveAttention",
+    "LuongAttention",
+    "MultiHeadAttention",
+    "TransformerBlock",
+    "additive_to_keep",
+    "attention",
+    "attention_weights",
+    "causal_mask",
+    "flash_attention",
+    "keep_to_additive",
+    "keep_to_key_padding",
+    "key_padding_to_keep",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "select_backend",
+    "sliding_window_mask",
+]

@@ -1,0 +1,113 @@
+"""Input validation shared by the public functions: one place, messages that name arguments and shapes."""
+
+import torch
+from torch import Tensor
+
+
+def shape(x: Tensor) -> tuple[int, ...]:
+    """The shape of `x` as a plain tuple, for error messages."""
+    return tuple(x.shape)
+
+
+def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
+    """Raise unless `x` is a floating-point tensor with at least `min_dim` dimensions."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {shape(x)}")
+
+
+def check_same_dtype_and_device(**tensors: Tensor) -> None:
+    """Raise if the named tensors differ in dtype or device."""
+    (first_name, first), *rest = tensors.items()
+    for name, x in rest:
+        if x.dtype != first.dtype:
+            raise TypeError(
+                f"{first_name} and {name} disagree on dtype: {first_name} {first.dtype} vs {name} {x.dtype}"
+            )
+        if x.device != first.device:
+            raise ValueError(
+                f"{first_name} and {name} are on different devices: "
+                f"{first_name} {first.device} vs {name} {x.device}"
+            )
+
+
+def check_mask(name: str, mask: object, target: tuple[int, ...], query: Tensor) -> None:
+    """Raise unless `mask` is a bool or float tensor that broadcasts to `target`, on `query`'s device."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(
+            f"{name} must be bool (True = may attend) or floating point, got {mask.dtype}"
+        )
+    if mask.device != query.device:
+        raise ValueError(f"{name} is on {mask.device} but query is on {query.device}")
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, target)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(target):
+        raise ValueError(
+            f"{name} of shape {shape(mask)} does not broadcast to the scores' shape {target}"
+        )
+
+
+def _scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> tuple[int, ...]:
+    """`(..., L, S)`: the batch dimensions of query and key broadcast, then the two lengths."""
+    key_batch = (*key.shape[:-3], query.size(-3)) if enable_gqa else key.shape[:-2]
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key_batch)
+    except RuntimeError:
+        raise ValueError(
+            f"query and key disagree on their batch dimensions: query {shape(query)} vs key {shape(key)}"
+        ) from None
+    return (*batch, query.size(-2), key.size(-2))
+
+
+def check_attention_inputs(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor | None,
+    attn_mask: Tensor | None,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    dropout_p: float = 0.0,
+) -> None:
+    """Raise, naming the argument and the shapes, unless the inputs make a well-formed attention call."""
+    min_dim = 3 if enable_gqa else 2
+    check_tensor("query", query, min_dim)
+    check_tensor("key", key, min_dim)
+    check_same_dtype_and_device(query=query, key=key)
+    if query.dim() != key.dim():
+        raise ValueError(
+            f"query and key have different numbers of dimensions: query {shape(query)} vs key {shape(key)}"
+        )
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key disagree on the feature size E: query {shape(query)} vs key {shape(key)}"
+        )
+    if value is not None:
+        check_tensor("value", value, min_dim)
+        check_same_dtype_and_device(query=query, value=value)
+        if key.shape[:-1] != value.shape[:-1]:
+            raise ValueError(
+                "key and value disagree on their leading dimensions (..., S): "
+                f"key {shape(key)} vs value {shape(value)}"
+            )
+    if enable_gqa and query.size(-3) % key.size(-3) != 0:
+        raise ValueError(
+            "with enable_gqa, the key's heads must divide the query's: "
+            f"query {shape(query)} has {query.size(-3)} heads, key {shape(key)} has {key.size(-3)}"
+        )
+    scores_shape = _scores_shape(query, key, enable_gqa)
+    if attn_mask is not None:
+        if is_causal:
+            raise ValueError("pass either attn_mask or is_causal=True, not both")
+        check_mask("attn_mask", attn_mask, scores_shape, query)
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")

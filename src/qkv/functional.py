@@ -1,0 +1,137 @@
+"""Scaled dot-product attention written out step by step: scores, scale, mask, softmax, weighted sum.
+
+Shapes follow `torch.nn.functional.scaled_dot_product_attention`: `query` is `(..., L, E)`, `key` is
+`(..., S, E)` and `value` is `(..., S, Ev)`, where `...` is any number of batch dimensions (usually `(B, H)`).
+A boolean `attn_mask` means True = may attend; a floating-point one is added to the scores.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+
+from qkv._checks import check_attention_inputs
+from qkv.masks import causal_mask
+
+
+def attention_weights(
+    query: Tensor,
+    key: Tensor,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """The attention probabilities `softmax(q k^T * scale + mask)` that weigh the values.
+
+    Args:
+        query: `(..., L, E)`.
+        key: `(..., S, E)`; with `enable_gqa`, its head dimension (-3) may divide the query's.
+        attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to `(..., L, S)`.
+        is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
+        scale: multiplies the scores; `1 / sqrt(E)` when None.
+        enable_gqa: repeat each key head for a group of query heads (grouped-query attention).
+
+    Returns:
+        `(..., L, S)`, each row summing to 1, except rows whose keys are all masked: those are zeros.
+
+    Raises:
+        TypeError: a non-tensor, non-float input, or a mask that is neither bool nor float.
+        ValueError: shapes that disagree, a mask that does not broadcast, or a mask together with `is_causal`.
+    """
+    check_attention_inputs(query, key, None, attn_mask, is_causal, scale, enable_gqa)
+    return _weights(query, key, attn_mask, is_causal, scale, enable_gqa)
+
+
+def _weights(
+    query: Tensor,
+    key: Tensor,
+    attn_mask: Tensor | None,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> Tensor:
+    """`attention_weights` without the checks, for callers that made them."""
+    # --8<-- [start:weights]
+    if enable_gqa:
+        key = _repeat_heads(key, query.size(-3) // key.size(-3))
+    if scale is None:
+        scale = 1 / math.sqrt(query.size(-1))
+    if is_causal:
+        attn_mask = causal_mask(query.size(-2), key.size(-2), device=query.device)
+
+    scores = query @ key.transpose(-2, -1) * scale  # (..., L, E) @ (..., E, S) -> (..., L, S)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask.to(scores.dtype)
+    return safe_softmax(scores)
+    # --8<-- [end:weights]
+
+
+# --8<-- [start:safe-softmax]
+def safe_softmax(scores: Tensor) -> Tensor:
+    """Softmax over the last dimension that returns zeros for a row with no finite score.
+
+    A plain softmax of a row of `-inf` divides zero by zero and gives NaN; attention asks for zeros instead:
+    a query that may attend nothing takes nothing from the values.
+
+    Args:
+        scores: `(..., S)`, with `-inf` where a key is masked.
+
+    Returns:
+        `(..., S)`, rows summing to 1, or zeros where every score in the row is `-inf`.
+    """
+    empty = (scores == float("-inf")).all(dim=-1, keepdim=True)  # (..., 1)
+    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1)
+    return weights.masked_fill(empty, 0.0)
+    # --8<-- [end:safe-softmax]
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """Attention as the explicit formula `softmax(q k^T * scale + mask) v`, like torch's function of the name.
+
+    Same arguments, semantics and results as `torch.nn.functional.scaled_dot_product_attention`; written to be
+    read rather than to be fast.
+
+    Args:
+        query: `(..., L, E)`.
+        key: `(..., S, E)`.
+        value: `(..., S, Ev)`.
+        attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to `(..., L, S)`.
+        dropout_p: probability of zeroing each attention weight (applied whenever it is positive, as torch does).
+        is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
+        scale: multiplies the scores; `1 / sqrt(E)` when None.
+        enable_gqa: repeat each key and value head for a group of query heads (grouped-query attention).
+
+    Returns:
+        `(..., L, Ev)`. A query row with no allowed key gives zeros, not NaN.
+
+    Raises:
+        TypeError: a non-tensor or non-float input, tensors of different dtypes, or a mask of the wrong dtype.
+        ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`, or a
+            `dropout_p` outside [0, 1].
+    """
+    check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
+    weights = _weights(query, key, attn_mask, is_causal, scale, enable_gqa)
+    # --8<-- [start:sdpa]
+    if enable_gqa:
+        value = _repeat_heads(value, query.size(-3) // value.size(-3))
+    if dropout_p > 0.0:
+        weights = torch.nn.functional.dropout(weights, p=dropout_p)
+    return weights @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
+    # --8<-- [end:sdpa]
+
+
+def _repeat_heads(x: Tensor, groups: int) -> Tensor:
+    """Repeat each head of `x` `groups` times along dim -3: `(..., Hk, S, E) -> (..., Hk * groups, S, E)`."""
+    return x.repeat_interleave(groups, dim=-3)

@@ -1,0 +1,45 @@
+"""The one reference every comparison in the test suite is made against.
+
+`reference_attention` runs PyTorch's own `scaled_dot_product_attention` (math backend) in float64 on copies of
+the inputs, so that it stands above every dtype under test. `assert_close_to_reference` applies the tolerance rule
+that flash-attention's tests use: in low precision an implementation may be at most `factor` times as far from the
+float64 reference as PyTorch itself is in the same dtype (plus a small absolute floor).
+"""
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def reference_attention(query, key, value, **kwargs):
+    """torch's math-backend attention in float64 on copies of the inputs; kwargs as for torch's function."""
+    mask = kwargs.pop("attn_mask", None)
+    if mask is not None and mask.is_floating_point():
+        mask = mask.double()
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(
+            query.double(), key.double(), value.double(), attn_mask=mask, **kwargs
+        )
+
+
+def torch_attention(query, key, value, **kwargs):
+    """torch's own attention in the inputs' dtype: the yardstick for what low precision may lose."""
+    return F.scaled_dot_product_attention(query, key, value, **kwargs)
+
+
+def assert_close_to_reference(actual, expected, yardstick, factor=2.0, atol=1e-5):
+    """Fail unless `actual` is within `factor` times `yardstick`'s error from `expected` (float64).
+
+    Args:
+        actual: the result under test, any dtype.
+        expected: the float64 reference of the same shape.
+        yardstick: torch's own result in the dtype of `actual`.
+        factor: how many times torch's own error `actual` may make (2 for outputs, 3 for gradients).
+        atol: an absolute floor, for results that torch happens to get exactly.
+    """
+    if actual.shape != expected.shape:
+        raise AssertionError(f"shape {tuple(actual.shape)} != reference {tuple(expected.shape)}")
+    error = (actual.double() - expected).abs().max().item()
+    allowed = factor * (yardstick.double() - expected).abs().max().item() + atol
+    if not error <= allowed:
+        raise AssertionError(f"max error {error:.3e} exceeds {allowed:.3e} ({factor}x torch's own + {atol})")
