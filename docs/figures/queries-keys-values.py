@@ -38,7 +38,7 @@ def cat_sat_heatmap() -> Figure:
     weights = _cat_sat_weights()
     fig = Figure(figsize=(5.6, 4.6), layout="constrained")
     ax = fig.subplots()
-    image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0)
+    image = ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
     ax.set_xticks(range(len(TOKENS)), TOKENS)
     ax.set_yticks(range(len(TOKENS)), TOKENS)
     ax.set_xlabel("key (attended to)")
