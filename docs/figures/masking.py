@@ -32,7 +32,7 @@ def mask_grids() -> Figure:
     axes = fig.subplots(1, len(masks))
     cmap = ListedColormap(["#f2f2f2", "#1f5fa8"])
     for ax, (title, mask) in zip(axes, masks.items(), strict=True):
-        ax.imshow(mask.int(), cmap=cmap, vmin=0, vmax=1)
+        ax.imshow(mask.int().numpy(), cmap=cmap, vmin=0, vmax=1)
         ax.set_title(title, fontsize=10)
         ax.set_xticks(range(LENGTH))
         ax.set_yticks(range(LENGTH))

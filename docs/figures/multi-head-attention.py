@@ -41,7 +41,7 @@ def head_heatmaps() -> Figure:
     fig = Figure(figsize=(10.0, 3.0), layout="constrained")
     axes = fig.subplots(1, N_HEADS)
     for ax, head, title in zip(axes, weights, TITLES, strict=True):
-        image = ax.imshow(head, cmap="Blues", vmin=0.0, vmax=1.0)
+        image = ax.imshow(head.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
         ax.set_title(title, fontsize=10)
         ax.set_xticks(range(N_TOKENS))
         ax.set_yticks(range(N_TOKENS))
