@@ -6,7 +6,6 @@ that flash-attention's tests use: in low precision an implementation may be at m
 float64 reference as PyTorch itself is in the same dtype (plus a small absolute floor).
 """
 
-import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -42,4 +41,6 @@ def assert_close_to_reference(actual, expected, yardstick, factor=2.0, atol=1e-5
     error = (actual.double() - expected).abs().max().item()
     allowed = factor * (yardstick.double() - expected).abs().max().item() + atol
     if not error <= allowed:
-        raise AssertionError(f"max error {error:.3e} exceeds {allowed:.3e} ({factor}x torch's own + {atol})")
+        raise AssertionError(
+            f"max error {error:.3e} exceeds {allowed:.3e} ({factor}x torch's own + {atol})"
+        )

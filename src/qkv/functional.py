@@ -40,7 +40,10 @@ def attention_weights(
         ValueError: shapes that disagree, a mask that does not broadcast, or a mask together with `is_causal`.
     """
     check_attention_inputs(query, key, None, attn_mask, is_causal, scale, enable_gqa)
-    return _weights(query, key, attn_mask, is_causal, scale, enable_gqa)
+    dtype = _compute_dtype(query)
+    return _weights(query.to(dtype), key.to(dtype), attn_mask, is_causal, scale, enable_gqa).to(
+        query.dtype
+    )
 
 
 def _weights(
@@ -101,7 +104,7 @@ def scaled_dot_product_attention(
     """Attention as the explicit formula `softmax(q k^T * scale + mask) v`, like torch's function of the name.
 
     Same arguments, semantics and results as `torch.nn.functional.scaled_dot_product_attention`; written to be
-    read rather than to be fast.
+    read rather than to be fast. Half-precision inputs are computed in float32 and the result cast back.
 
     Args:
         query: `(..., L, E)`.
@@ -122,14 +125,22 @@ def scaled_dot_product_attention(
             `dropout_p` outside [0, 1].
     """
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
+    output_dtype, dtype = query.dtype, _compute_dtype(query)
+    query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     weights = _weights(query, key, attn_mask, is_causal, scale, enable_gqa)
     # --8<-- [start:sdpa]
     if enable_gqa:
         value = _repeat_heads(value, query.size(-3) // value.size(-3))
     if dropout_p > 0.0:
         weights = torch.nn.functional.dropout(weights, p=dropout_p)
-    return weights @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
+    output = weights @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
     # --8<-- [end:sdpa]
+    return output.to(output_dtype)
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """float32 for half-precision inputs, their own dtype otherwise: the precision torch's kernels compute in."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 def _repeat_heads(x: Tensor, groups: int) -> Tensor:

@@ -1,0 +1,76 @@
+"""Build and test QKV: `nox` runs lint, the tests (docs code blocks included) and the browser checks.
+
+Sessions reuse their virtualenvs between runs; every one installs torch through `constraints.txt`, which pins
+the CPU build this project is tested with.
+"""
+
+import os
+import shutil
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = False
+
+PYTHON = "3.11"
+CONSTRAINTS = ("-c", "constraints.txt")
+DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff: lint and format check."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The package's tests and every Python block of the site, the Triton kernel under its interpreter."""
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run(
+        "pytest",
+        "--codeblocks",
+        "tests",
+        "docs",
+        "--ignore=tests/browser",
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1"},
+    )
+
+
+@nox.session(python=PYTHON)
+def browser(session: nox.Session) -> None:
+    """Build the site, serve it on 127.0.0.1 and check every page in headless Chromium."""
+    _ensure_chromium(session)
+    session.install(*CONSTRAINTS, "-e", ".[docs,browser]")
+    session.run("pytest", "tests/browser", *session.posargs, env=DOCS_ENV)
+
+
+@nox.session(python=PYTHON, default=False)
+def docs(session: nox.Session) -> None:
+    """Build the site into site/ with --strict: any warning fails."""
+    session.install(*CONSTRAINTS, "-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", *session.posargs, env=DOCS_ENV)
+
+
+@nox.session(python=PYTHON, default=False)
+def serve(session: nox.Session) -> None:
+    """Live preview of the site on http://127.0.0.1:8000/."""
+    session.install(*CONSTRAINTS, "-e", ".[docs]")
+    session.run(
+        "mkdocs", "serve", *session.posargs, env={**DOCS_ENV, "SITE_URL": "http://127.0.0.1:8000/"}
+    )
+
+
+def _ensure_chromium(session: nox.Session) -> None:
+    """Install Debian's Chromium for the browser tests, unless it is there already."""
+    if shutil.which("chromium"):
+        return
+    if os.geteuid() != 0:
+        session.error(
+            "the browser tests need Chromium: run `sudo apt-get install -y chromium` first"
+        )
+    session.run("apt-get", "update", "-qq", external=True)
+    session.run("apt-get", "install", "-y", "-qq", "chromium", external=True)

@@ -1,0 +1,18 @@
+"""Suite-wide settings: Triton's CPU interpreter, seeded randomness, one hypothesis profile."""
+
+import os
+
+# Triton reads this when it is imported: the kernel tests run on CPU tensors through its interpreter.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+import torch
+from hypothesis import settings
+
+settings.register_profile("qkv", deadline=None, max_examples=40, derandomize=True)
+settings.load_profile("qkv")
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
