@@ -1,0 +1,54 @@
+// MathJax 3, self-hosted under assets/mathjax/ (copied there at build time by docs/hooks/mathjax_assets.py) and
+// loaded only when a page has math. Math reaches MathJax in two forms: `pymdownx.arithmatex` (generic) wraps
+// Markdown math in `.arithmatex` elements as \( \) and \[ \]; mkdocs-jupyter leaves notebook Markdown cells'
+// $ $ and $$ $$ as they are, inside `.jp-MarkdownOutput`. Only those elements are typeset, so a dollar sign
+// anywhere else on the site stays a dollar sign.
+(function () {
+  const base = new URL("../assets/mathjax/", document.currentScript.src).href;
+  const MATH = ".arithmatex, .jp-MarkdownOutput";
+  const DELIMITERS = /\\\(|\\\[|\$|\\begin\{/;
+
+  window.MathJax = {
+    loader: { paths: { mathjax: base.replace(/\/$/, "") } },
+    tex: {
+      inlineMath: [["\\(", "\\)"], ["$", "$"]],
+      displayMath: [["\\[", "\\]"], ["$$", "$$"]],
+      processEscapes: true,
+      processEnvironments: true,
+    },
+    // Material's instant navigation swaps the page in without reloading scripts: typeset on each `document$`.
+    startup: { typeset: false },
+  };
+
+  let loading = null;
+  function load() {
+    if (loading === null) {
+      loading = new Promise((resolve, reject) => {
+        const script = document.createElement("script");
+        script.src = base + "tex-chtml.js";
+        script.async = true;
+        script.onload = resolve;
+        script.onerror = () => reject(new Error("MathJax failed to load from " + script.src));
+        document.head.appendChild(script);
+      }).then(() => window.MathJax.startup.promise);
+    }
+    return loading;
+  }
+
+  document$.subscribe(() => {
+    const elements = [...document.querySelectorAll(MATH)].filter((el) => DELIMITERS.test(el.textContent));
+    if (elements.length === 0) {
+      return;
+    }
+    load().then(() => {
+      // Chain on startup.promise so that a typeset started by an earlier page finishes first.
+      MathJax.startup.promise = MathJax.startup.promise
+        .then(() => {
+          MathJax.typesetClear();
+          MathJax.texReset();
+          return MathJax.typesetPromise(elements);
+        })
+        .catch((error) => console.error(error));
+    }, (error) => console.error(error));
+  });
+})();
