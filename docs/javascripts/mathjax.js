@@ -1,11 +1,11 @@
 // MathJax 3, self-hosted under assets/mathjax/ (copied there at build time by docs/hooks/mathjax_assets.py) and
-// loaded only when a page has math. Math reaches MathJax in two forms: `pymdownx.arithmatex` (generic) wraps
+// loaded only when a page has math. Math reaches MathJax in three places: `pymdownx.arithmatex` (generic) wraps
 // Markdown math in `.arithmatex` elements as \( \) and \[ \]; mkdocs-jupyter leaves notebook Markdown cells'
-// $ $ and $$ $$ as they are, inside `.jp-MarkdownOutput`. Only those elements are typeset, so a dollar sign
-// anywhere else on the site stays a dollar sign.
+// $ $ and $$ $$ as they are, inside `.jp-MarkdownOutput`; a heading with math reaches the table of contents as
+// plain \( \) text. Only those elements are typeset, so a dollar sign anywhere else stays a dollar sign.
 (function () {
   const base = new URL("../assets/mathjax/", document.currentScript.src).href;
-  const MATH = ".arithmatex, .jp-MarkdownOutput";
+  const MATH = ".arithmatex, .jp-MarkdownOutput, .md-nav--secondary .md-nav__link";
   const DELIMITERS = /\\\(|\\\[|\$|\\begin\{/;
 
   window.MathJax = {

@@ -1,0 +1,66 @@
+"""Build the site for the tests that look at it, once per test session, and serve it locally.
+
+`build_site()` runs `mkdocs build --strict` (so any warning fails it) with `SITE_URL` set to the local address
+that `serve()` listens on: Material's instant navigation works only when `site_url` matches the served address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL_URL = "http://127.0.0.1:8765/"
+
+
+@functools.cache
+def build_site(dest: Path | None = None, site_url: str = LOCAL_URL) -> Path:
+    """Build the site into `dest` (a fresh temporary folder when None) and return that folder.
+
+    Cached: within one test session, the same arguments return the same folder without building again.
+
+    Raises:
+        RuntimeError: the strict build failed; the message holds mkdocs' output.
+    """
+    dest = Path(tempfile.mkdtemp(prefix="qkv-site-")) if dest is None else Path(dest)
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean"]
+    result = subprocess.run(
+        [*command, "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(dest)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": site_url},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}")
+    return dest
+
+
+@contextlib.contextmanager
+def serve(site_dir: Path, url: str = LOCAL_URL) -> Iterator[str]:
+    """Serve `site_dir` over HTTP at `url` (host and port) in a background thread; yields the URL."""
+    address = urlsplit(url)
+    handler = functools.partial(_QuietHandler, directory=str(site_dir))
+    with http.server.ThreadingHTTPServer((address.hostname, address.port), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield url
+        finally:
+            server.shutdown()
+            thread.join()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Keep the test output free of one line per request."""

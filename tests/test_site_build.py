@@ -1,0 +1,240 @@
+"""The built site: self-contained (no request to another host), with its math, figures and notebook.
+
+Builds the site once with `mkdocs build --strict` (about a minute: it executes the playground notebook and
+draws every figure), then reads the output. The hooks' own behaviour is tested on small inputs without a build.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from urllib.parse import urlsplit
+
+import pytest
+from matplotlib.figure import Figure
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import Files
+
+from tests.site import LOCAL_URL, ROOT, build_site
+
+DOCS = ROOT / "docs"
+CSS_URL = re.compile(r"""url\(\s*["']?([^"')\s]+)""")
+SRCSET_URL = re.compile(r"(?:^|,)\s*(\S+)")
+
+
+def load_hook(name: str) -> ModuleType:
+    """Import a hook from docs/hooks/ by path, as mkdocs does."""
+    spec = importlib.util.spec_from_file_location(f"qkv_hook_{name}", DOCS / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return build_site()
+
+
+class _FetchedURLs(HTMLParser):
+    """The URLs a browser fetches while loading an HTML page: src/srcset of any element, href of <link>,
+    url() in style attributes and <style> elements. Links a reader may click (<a href>) are not fetched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        for name in ("src", "data", "poster") if tag != "a" else ():
+            if values.get(name):
+                self.urls.append(values[name])
+        if values.get("srcset"):
+            self.urls += SRCSET_URL.findall(values["srcset"])
+        if tag == "link" and values.get("href"):
+            self.urls.append(values["href"])
+        if values.get("style"):
+            self.urls += CSS_URL.findall(values["style"])
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self.urls += CSS_URL.findall(data)
+
+
+def _foreign(url: str) -> bool:
+    """Whether fetching `url` from a page of the site would contact another host."""
+    parts = urlsplit(url)
+    if parts.scheme in ("data", "blob"):
+        return False
+    return bool(parts.netloc) and parts.netloc != urlsplit(LOCAL_URL).netloc
+
+
+def test_no_page_fetches_from_another_host(site: Path) -> None:
+    foreign = []
+    for page in sorted(site.rglob("*.html")):
+        parser = _FetchedURLs()
+        parser.feed(page.read_text(encoding="utf-8"))
+        foreign += [f"{page.relative_to(site)}: {url}" for url in parser.urls if _foreign(url)]
+    for sheet in sorted(site.rglob("*.css")):
+        urls = CSS_URL.findall(sheet.read_text(encoding="utf-8"))
+        foreign += [f"{sheet.relative_to(site)}: {url}" for url in urls if _foreign(url)]
+    assert not foreign, "\n".join(foreign)
+
+
+def test_fetched_url_scan_tells_requests_from_links() -> None:
+    parser = _FetchedURLs()
+    parser.feed(
+        '<a href="https://arxiv.org/abs/1706.03762">paper</a><img src="https://x.org/a.png">'
+        f'<link rel="canonical" href="{LOCAL_URL}x/"><link rel="stylesheet" href="//fonts.x.org/c.css">'
+        '<div style="background: url(https://x.org/b.png)"></div><img src="data:image/png;base64,AA">'
+        "<style>@font-face { src: url('https://x.org/f.woff') }</style>"
+    )
+    foreign = [url for url in parser.urls if _foreign(url)]
+    assert foreign == [
+        "https://x.org/a.png",
+        "//fonts.x.org/c.css",
+        "https://x.org/b.png",
+        "https://x.org/f.woff",
+    ]
+
+
+def test_mathjax_is_served_by_the_site(site: Path) -> None:
+    mathjax = site / "assets" / "mathjax"
+    assert (mathjax / "tex-chtml.js").is_file()
+    assert (mathjax / "output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff").is_file()
+    assert (mathjax / "input/tex/extensions/cancel.js").is_file()  # loaded on demand by `\cancel`
+    loader = (site / "javascripts" / "mathjax.js").read_text(encoding="utf-8")
+    assert '"../assets/mathjax/"' in loader
+    assert '"tex-chtml.js"' in loader
+
+
+def test_every_figure_is_drawn_into_the_site(site: Path) -> None:
+    figures = load_hook("figures")
+    names = [
+        name for script in sorted(DOCS.glob("figures/*.py")) for name in figures._figures_of(script)
+    ]
+    assert names, "no figure scripts under docs/figures/"
+    for name in names:
+        svg = (site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+        assert svg.lstrip().startswith("<?xml")
+        assert "<dc:date>" not in svg
+
+
+def test_notebook_is_executed_and_downloadable(site: Path) -> None:
+    page = (site / "notebooks" / "playground" / "index.html").read_text(encoding="utf-8")
+    assert page.count('data-mime-type="image/svg+xml"') == 3  # a heat-map figure per module family
+    assert "Traceback" not in page
+    assert 'href="playground.ipynb"' in page
+    assert (site / "notebooks" / "playground" / "playground.ipynb").is_file()
+    assert "cdnjs" not in page
+    assert "text/x-mathjax-config" not in page
+
+
+def test_build_machinery_is_not_published(site: Path) -> None:
+    assert not (site / "hooks").exists()
+    assert not (site / "overrides").exists()
+    assert not list((site / "figures").glob("*.py"))
+
+
+def test_home_page_links_every_article() -> None:
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    missing = [
+        post.name
+        for post in sorted(DOCS.glob("blog/posts/*.md"))
+        if f"(blog/posts/{post.name})" not in home
+    ]
+    assert not missing, f"articles not in the home page's reading order: {missing}"
+
+
+# --- the figures hook, without a build ------------------------------------------------------------------------
+
+
+def _run_figures_hook(docs: Path) -> Files:
+    """Run the figures hook's on_files event the way mkdocs does, on a docs folder of its own."""
+    config = MkDocsConfig(config_file_path=str(docs.parent / "mkdocs.yml"))
+    config.load_dict(
+        {
+            "site_name": "test",
+            "docs_dir": str(docs),
+            "site_dir": str(docs.parent / "site"),
+            "hooks": [str(DOCS / "hooks" / "figures.py")],
+        }
+    )
+    errors, _ = config.validate()
+    assert not errors
+    return config.plugins.on_files(Files([]), config=config)
+
+
+def _write_script(docs: Path, body: str) -> None:
+    (docs / "figures").mkdir(parents=True, exist_ok=True)
+    (docs / "figures" / "example.py").write_text(body, encoding="utf-8")
+
+
+DRAW = """
+from matplotlib.figure import Figure
+
+def line():
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot().plot([0, 1], [1, 0])
+    return fig
+"""
+
+
+def test_figure_hook_adds_each_figure_as_svg(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    _write_script(docs, DRAW + 'FIGURES = {"a-line": line}\n')
+    files = _run_figures_hook(docs)
+    svg = files.get_file_from_path("figures/a-line.svg")
+    assert svg is not None
+    assert svg.content_bytes.startswith(b"<?xml")
+
+
+def test_figure_svg_is_deterministic() -> None:
+    figures = load_hook("figures")
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(2, 2))
+        fig.add_subplot().imshow([[0.0, 1.0], [1.0, 0.0]])
+        return fig
+
+    assert figures._svg(draw()) == figures._svg(draw())
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (DRAW + 'FIGURES = {"a-line": lambda: 1 / 0}\n', "ZeroDivisionError"),
+        (DRAW + "raise ImportError('broken script')\n", "broken script"),
+        (DRAW + 'FIGURES = {"a-line": lambda: "not a figure"}\n', "not a Figure"),
+        (DRAW + 'FIGURES = {"A Line": line}\n', "lowercase-with-hyphens"),
+        (DRAW, "no FIGURES"),
+    ],
+)
+def test_a_failing_figure_script_fails_the_build(tmp_path: Path, body: str, message: str) -> None:
+    docs = tmp_path / "docs"
+    _write_script(docs, body)
+    with pytest.raises(PluginError, match=message):
+        _run_figures_hook(docs)
+
+
+def test_notebook_hook_strips_cdn_loaders() -> None:
+    notebooks = load_hook("notebooks")
+    html = (
+        '<p>x</p><!-- Load mathjax --><script src="https://cdnjs.cloudflare.com/x.js"> </script>'
+        '<script type="text/x-mathjax-config">init()</script><!-- End of mathjax configuration -->'
+        '<script type="module">const m = (await import("https://cdnjs.cloudflare.com/mermaid.mjs"));'
+        " // mermaid</script><p>y</p>"
+    )
+
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="notebooks/x.ipynb"))
+    assert notebooks.on_page_content(html, page, None, None) == "<p>x</p><p>y</p>"
+    with pytest.raises(PluginError, match="another host"):
+        notebooks.on_page_content('<script src="https://x.org/a.js"></script>', page, None, None)
