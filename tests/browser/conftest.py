@@ -1,0 +1,137 @@
+"""Fixtures of the browser tests: the site built once, served on 127.0.0.1, and every page visited once.
+
+The site is built with `mkdocs build --strict` into a temporary folder, with `SITE_URL` set to the address
+it is served from (Material's instant navigation works only when `site_url` matches it): the server binds a
+free port first, then the build runs. One headless Chromium (Debian's `chromium`) is shared by all tests;
+each page is visited in its own context by `visit.visit`, and the tests read the records.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, sync_playwright
+
+from tests.browser.visit import Visit, visit
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# Bytes a reader's browser downloads on a first visit to any one page (response bodies, uncompressed, cold
+# cache). MathJax and its fonts (about 1.4 MB) load only on pages with math.
+PAGE_BUDGET_BYTES = 3_000_000
+
+_visits: dict[str, Visit] = {}
+
+
+@dataclass(frozen=True)
+class Site:
+    """The built site: where it lies, where it is served, and its pages as paths relative to the root."""
+
+    folder: Path
+    url: str
+    pages: tuple[str, ...]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Keep the test output free of one line per request."""
+
+
+def post_slugs() -> list[str]:
+    """The slug of every article in docs/blog/posts/ (its URL is blog/<slug>/)."""
+    slugs = []
+    for post in sorted((ROOT / "docs" / "blog" / "posts").glob("*.md")):
+        found = re.search(r"^slug:\s*(\S+)\s*$", post.read_text(encoding="utf-8"), re.MULTILINE)
+        slugs.append(found[1] if found else post.stem)
+    return slugs
+
+
+def _pages(folder: Path) -> tuple[str, ...]:
+    """Every HTML page of the built site (theme assets aside), as the path a browser asks for."""
+    pages = []
+    for html in sorted(folder.rglob("*.html")):
+        relative = html.relative_to(folder)
+        if relative.parts[0] == "assets":
+            continue
+        pages.append(
+            relative.parent.as_posix() + "/" if html.name == "index.html" else str(relative)
+        )
+    return tuple("" if page == "./" else page for page in pages)
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    folder = tmp_path_factory.mktemp("site")
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        url = f"http://127.0.0.1:{server.server_port}/"
+        build = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+            cwd=ROOT,
+            env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if build.returncode != 0:
+            pytest.fail(f"mkdocs build --strict failed:\n{build.stdout}{build.stderr}")
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield Site(folder, url, _pages(folder))
+        finally:
+            server.shutdown()
+            thread.join()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def visits(site: Site, browser: Browser) -> list[Visit]:
+    """Every page of the site, visited once."""
+    for page in site.pages:
+        _visits[page] = visit(browser, site.url, page)
+    return list(_visits.values())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The numbers for the record: pages visited, formulas typeset, page weights and the budget."""
+    if not _visits:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("site in the browser")
+    for record in sorted(_visits.values(), key=lambda record: -record.bytes):
+        write(f"{record.bytes:>10,} B  {record.formulas:>4} formulas  /{record.path}")
+    heaviest = max(_visits.values(), key=lambda record: record.bytes)
+    write(f"pages visited: {len(_visits)}")
+    write(f"formulas typeset: {sum(record.formulas for record in _visits.values())}")
+    write(
+        f"heaviest page: /{heaviest.path} at {heaviest.bytes:,} bytes "
+        f"(budget {PAGE_BUDGET_BYTES:,} bytes per page)"
+    )

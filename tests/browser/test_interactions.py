@@ -1,0 +1,102 @@
+"""What a reader does on the site: search, switch the palette, follow a link without a full reload."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+from tests.browser.conftest import ROOT, Site, post_slugs
+from tests.browser.visit import MATH_DONE, MATH_STATE, MATH_TIMEOUT_MS
+
+POSTS = ROOT / "docs" / "blog" / "posts"
+
+
+@pytest.fixture
+def page(browser: Browser, site: Site) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="light")
+    page = context.new_page()
+    page.goto(site.url, wait_until="networkidle")
+    yield page
+    context.close()
+
+
+def _front_matter_and_title(slug: str) -> tuple[str, str]:
+    text = next(
+        post.read_text(encoding="utf-8")
+        for post in POSTS.glob("*.md")
+        if re.search(rf"^slug:\s*{re.escape(slug)}\s*$", post.read_text(encoding="utf-8"), re.M)
+        or post.stem == slug
+    )
+    front_matter = text.split("---", 2)[1]
+    title = re.search(r"^# (.+)$", text, re.MULTILINE)[1].strip()
+    return front_matter, title
+
+
+def _articles_about(word: str) -> list[str]:
+    """Titles of the articles whose title or tags contain `word`: search must find at least these."""
+    titles = []
+    for slug in post_slugs():
+        front_matter, title = _front_matter_and_title(slug)
+        tags = re.search(r"^tags:\s*\[(.*)\]", front_matter, re.MULTILINE)
+        if word in title.lower() or (tags and word in tags[1].lower()):
+            titles.append(title)
+    return titles
+
+
+@pytest.mark.parametrize("word", ["softmax", "mask"])
+def test_search_finds_the_articles(page: Page, word: str) -> None:
+    expected = _articles_about(word)
+    assert expected, f"no article has {word!r} in its title or tags"
+    page.locator(".md-search__input").click()
+    page.locator(".md-search__input").press_sequentially(word, delay=30)
+    results = page.locator(".md-search-result__list")
+    page.wait_for_function(
+        "() => document.querySelectorAll('.md-search-result__item').length > 0", timeout=15_000
+    )
+    found = results.inner_text()
+    missing = [title for title in expected if title not in found]
+    assert not missing, f"search for {word!r} did not list {missing}; it listed:\n{found[:2000]}"
+
+
+def _scheme(page: Page) -> tuple[str, str]:
+    scheme, background = page.evaluate(
+        "() => [document.body.dataset.mdColorScheme, getComputedStyle(document.body).backgroundColor]"
+    )
+    return scheme, background
+
+
+def _toggle_until(page: Page, scheme: str) -> tuple[str, str]:
+    """Click the palette toggle (it cycles system -> light -> dark) until `scheme`, at most three times."""
+    for _ in range(3):
+        page.locator('[data-md-component="palette"] label:not([hidden])').click()
+        if _scheme(page)[0] == scheme:
+            break
+    return _scheme(page)
+
+
+def test_palette_toggle_switches_to_dark_and_back(page: Page) -> None:
+    light_scheme, light_background = _scheme(page)
+    assert light_scheme == "default"
+    dark_scheme, dark_background = _toggle_until(page, "slate")
+    assert dark_scheme == "slate"
+    assert dark_background != light_background
+    assert _toggle_until(page, "default") == (light_scheme, light_background)
+
+
+def test_instant_navigation_typesets_the_next_page(page: Page, site: Site) -> None:
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.evaluate("() => { window.qkvSamePage = true; }")
+    slug = post_slugs()[0]
+    page.locator(f'.md-content a[href$="blog/{slug}/"]').first.click()
+    page.wait_for_url(lambda url: urlsplit(url).path == f"/blog/{slug}/")
+    page.wait_for_function(MATH_DONE, timeout=MATH_TIMEOUT_MS)
+    math = page.evaluate(MATH_STATE)
+    assert page.evaluate("() => window.qkvSamePage === true"), "the link reloaded the whole page"
+    assert math["formulas"] > 0
+    assert math["nested"] == 0
+    assert not errors

@@ -1,0 +1,128 @@
+"""Every page of the built site, as Chromium loads it: math typeset, nothing broken or foreign fetched,
+code copyable, accessible, readable on a phone, and within the page-weight budget."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from urllib.parse import unquote, urlsplit
+
+from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, post_slugs
+from tests.browser.visit import Visit
+
+# Alt texts that say nothing about the picture.
+EMPTY_ALT = {
+    "image",
+    "img",
+    "picture",
+    "figure",
+    "photo",
+    "graphic",
+    "logo",
+    "icon",
+    "chart",
+    "plot",
+}
+
+
+def _report(problems: dict[str, list]) -> str:
+    return "\n".join(f"/{page}: {found}" for page, found in problems.items() if found)
+
+
+def test_every_page_was_visited(site: Site, visits: list[Visit]) -> None:
+    articles = {f"blog/{slug}/" for slug in post_slugs()}
+    assert {"", "blog/", *articles} <= set(site.pages)
+    assert [record.path for record in visits] == list(site.pages)
+
+
+def test_every_formula_is_typeset(visits: list[Visit]) -> None:
+    problems = {
+        r.path: r.untypeset + r.raw_tex + ([f"{r.nested_math} nested"] if r.nested_math else [])
+        for r in visits
+    }
+    assert not any(problems.values()), _report(problems)
+    assert sum(record.formulas for record in visits) > 0
+
+
+def test_no_console_error(visits: list[Visit]) -> None:
+    problems = {record.path: record.console_errors for record in visits}
+    assert not any(problems.values()), _report(problems)
+
+
+def test_no_failed_request(visits: list[Visit]) -> None:
+    problems = {record.path: record.failed for record in visits}
+    assert not any(problems.values()), _report(problems)
+
+
+def test_no_request_leaves_the_site(site: Site, visits: list[Visit]) -> None:
+    problems = {record.path: record.foreign_requests(site.url) for record in visits}
+    assert not any(problems.values()), _report(problems)
+    assert all(record.requests for record in visits)
+
+
+def test_every_code_block_has_a_copy_button(visits: list[Visit]) -> None:
+    problems = {record.path: record.without_copy for record in visits}
+    assert not any(problems.values()), _report(problems)
+    assert sum(record.code_blocks for record in visits) > 0
+
+
+def test_no_serious_accessibility_violation(visits: list[Visit]) -> None:
+    problems = {record.path: record.violations for record in visits}
+    assert not any(problems.values()), _report(problems)
+
+
+def _says_nothing(alt: str | None, src: str) -> bool:
+    if alt is None or not alt.strip():
+        return True
+    name = PurePosixPath(unquote(urlsplit(src).path)).name.lower()
+    text = alt.strip().lower()
+    return (
+        text in EMPTY_ALT
+        or text in (name, name.rsplit(".", 1)[0])
+        or text.startswith("no description")
+    )
+
+
+def test_every_image_has_meaningful_alt_text(visits: list[Visit]) -> None:
+    problems = {
+        record.path: [
+            f"{image['src'][:80]}: alt={image['alt']!r}"
+            for image in record.images
+            if _says_nothing(image["alt"], image["src"])
+        ]
+        for record in visits
+    }
+    assert not any(problems.values()), _report(problems)
+
+
+def _skips(headings: list[dict[str, object]]) -> list[str]:
+    levels = [0] + [int(heading["level"]) for heading in headings]  # a page starts with its h1
+    return [
+        f"h{before} -> h{after} ({heading['text']})"
+        for before, after, heading in zip(levels, levels[1:], headings, strict=False)
+        if after > before + 1
+    ]
+
+
+def test_heading_levels_do_not_skip(visits: list[Visit]) -> None:
+    problems = {record.path: _skips(record.headings) for record in visits}
+    assert not any(problems.values()), _report(problems)
+    assert all(record.headings for record in visits)
+
+
+def test_no_page_scrolls_sideways_on_a_phone(visits: list[Visit]) -> None:
+    problems = {
+        record.path: [f"{record.phone_overflow} px too wide", *record.phone_widest]
+        for record in visits
+        if record.phone_overflow > 0
+    }
+    assert not problems, _report(problems)
+
+
+def test_page_weight_is_within_budget(visits: list[Visit]) -> None:
+    problems = {
+        record.path: [f"{record.bytes:,} bytes > {PAGE_BUDGET_BYTES:,}"]
+        for record in visits
+        if record.bytes > PAGE_BUDGET_BYTES
+    }
+    assert not problems, _report(problems)
+    assert all(record.bytes > 0 for record in visits)

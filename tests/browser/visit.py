@@ -1,0 +1,151 @@
+"""Load one page of the built site in Chromium and record what a reader's browser sees and fetches.
+
+`visit()` opens the page in a fresh browser context (a cold cache, so the bytes counted are those of a first
+visit), waits for the network to settle and MathJax to finish, reads the facts the tests check from the DOM,
+runs one axe-core scan, then narrows the viewport to a phone's width and measures horizontal overflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from urllib.parse import urlsplit
+
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import Browser, Request
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+PHONE = {"width": 375, "height": 812}
+MATH_TIMEOUT_MS = 20_000
+AXE = Axe()
+
+# Every formula typeset: each `.arithmatex` holds MathJax output, and no TeX delimiter is left in the text
+# outside code. The text is read from a copy of the article with code, MathJax output and scripts removed.
+MATH_STATE = """() => {
+  const article = document.querySelector("article") || document.body;
+  const copy = article.cloneNode(true);
+  copy.querySelectorAll("pre, code, script, style, mjx-container, textarea").forEach((el) => el.remove());
+  const raw = copy.textContent.match(/\\$\\$|\\\\\\(|\\\\\\[|\\\\begin\\{|\\$[^$\\s][^$]*\\$/g) || [];
+  const math = [...document.querySelectorAll(".arithmatex")];
+  return {
+    raw: raw.slice(0, 5),
+    untypeset: math.filter((el) => !el.querySelector("mjx-container")).map((el) => el.textContent.slice(0, 80)),
+    formulas: document.querySelectorAll("mjx-container:not(mjx-container mjx-container)").length,
+    nested: document.querySelectorAll("mjx-container mjx-container").length,
+  };
+}"""
+
+MATH_DONE = f"""() => {{
+  const state = ({MATH_STATE})();
+  return state.raw.length === 0 && state.untypeset.length === 0;
+}}"""
+
+# Settle MathJax's promise chain (docs/javascripts/mathjax.js appends each typeset to it).
+MATHJAX_IDLE = """() => (window.MathJax && MathJax.startup && MathJax.startup.promise)
+  ? MathJax.startup.promise.then(() => true) : true"""
+
+DOM_FACTS = """() => {
+  const blocks = [...document.querySelectorAll(".md-content pre")]
+    .filter((pre) => !pre.closest(".jp-OutputArea"));
+  return {
+    code_blocks: blocks.length,
+    // Material adds its copy button to Markdown code blocks; mkdocs-jupyter gives each notebook input cell
+    // its own <clipboard-copy> element.
+    without_copy: blocks
+      .filter((pre) => !pre.querySelector('button.md-code__button[data-md-type="copy"]'))
+      .filter((pre) => !(pre.closest(".jp-InputArea")?.querySelector("clipboard-copy")
+                         && customElements.get("clipboard-copy")))
+      .map((pre) => pre.textContent.trim().slice(0, 60)),
+    images: [...document.images].map((img) => ({alt: img.getAttribute("alt"), src: img.src.slice(0, 200)})),
+    headings: [...document.querySelectorAll("h1, h2, h3, h4, h5, h6")]
+      .map((h) => ({level: Number(h.tagName[1]), text: h.textContent.replace("¶", "").trim()})),
+  };
+}"""
+
+OVERFLOW = """async () => {
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  const root = document.documentElement;
+  const sticksOut = (el) => el.getBoundingClientRect().right > root.clientWidth + 1;
+  // The outermost elements that stick out: what to fix when the page scrolls sideways.
+  const culprits = [...document.querySelectorAll("body *")]
+    .filter((el) => sticksOut(el) && !sticksOut(el.parentElement))
+    .map((el) => el.tagName.toLowerCase() + "." + [...el.classList].join("."));
+  return {excess: root.scrollWidth - root.clientWidth, widest: culprits.slice(0, 3)};
+}"""
+
+
+@dataclasses.dataclass
+class Visit:
+    """What loading one page did and showed."""
+
+    path: str
+    requests: list[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)
+    console_errors: list[str] = dataclasses.field(default_factory=list)
+    bytes: int = 0
+    formulas: int = 0
+    untypeset: list[str] = dataclasses.field(default_factory=list)
+    raw_tex: list[str] = dataclasses.field(default_factory=list)
+    nested_math: int = 0
+    code_blocks: int = 0
+    without_copy: list[str] = dataclasses.field(default_factory=list)
+    images: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    headings: list[dict[str, object]] = dataclasses.field(default_factory=list)
+    violations: list[str] = dataclasses.field(default_factory=list)
+    phone_overflow: int = 0
+    phone_widest: list[str] = dataclasses.field(default_factory=list)
+
+    def foreign_requests(self, base_url: str) -> list[str]:
+        """Requests to any host other than the one serving the site (data: and blob: URLs are local)."""
+        local = urlsplit(base_url).netloc
+        return [
+            url
+            for url in self.requests
+            if urlsplit(url).scheme not in ("data", "blob") and urlsplit(url).netloc != local
+        ]
+
+
+def visit(browser: Browser, base_url: str, path: str) -> Visit:
+    """Load `base_url + path` in a fresh context and record the `Visit`."""
+    record = Visit(path)
+    finished: list[Request] = []
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    # Nothing may leave the machine: a request to another host is recorded, then refused.
+    local = urlsplit(base_url).netloc
+    context.route(lambda url: urlsplit(url).netloc != local, lambda route: route.abort())
+    page = context.new_page()
+    page.on("request", lambda request: record.requests.append(request.url))
+    page.on("requestfinished", lambda request: finished.append(request))
+    page.on("requestfailed", lambda r: record.failed.append(f"{r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and record.failed.append(f"{r.url} ({r.status})"))
+    page.on("console", lambda m: m.type == "error" and record.console_errors.append(m.text))
+    page.on("pageerror", lambda error: record.console_errors.append(str(error)))
+    try:
+        page.goto(base_url + path, wait_until="networkidle")
+        # On a timeout, the state read below names what is left untypeset.
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(MATH_DONE, timeout=MATH_TIMEOUT_MS)
+        page.evaluate(MATHJAX_IDLE)
+        math = page.evaluate(MATH_STATE)
+        record.formulas, record.nested_math = math["formulas"], math["nested"]
+        record.untypeset, record.raw_tex = math["untypeset"], math["raw"]
+        facts = page.evaluate(DOM_FACTS)
+        record.code_blocks, record.without_copy = facts["code_blocks"], facts["without_copy"]
+        record.images, record.headings = facts["images"], facts["headings"]
+        record.violations = [
+            f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes: {v['nodes'][0]['target']}): {v['help']}"
+            for v in AXE.run(page).response["violations"]
+            if v["impact"] in ("serious", "critical")
+        ]
+        page.set_viewport_size(PHONE)
+        overflow = page.evaluate(OVERFLOW)
+        record.phone_overflow, record.phone_widest = overflow["excess"], overflow["widest"]
+        record.bytes = sum(_body_size(request) for request in finished)
+    finally:
+        context.close()
+    return record
+
+
+def _body_size(request: Request) -> int:
+    """Bytes of the response body as transferred (the test server sends no compression)."""
+    return max(request.sizes()["responseBodySize"], 0)
