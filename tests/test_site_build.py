@@ -108,12 +108,12 @@ def test_fetched_url_scan_tells_requests_from_links() -> None:
 
 def test_mathjax_is_served_by_the_site(site: Path) -> None:
     mathjax = site / "assets" / "mathjax"
-    assert (mathjax / "tex-chtml.js").is_file()
+    assert (mathjax / "tex-mml-chtml.js").is_file()
     assert (mathjax / "output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff").is_file()
     assert (mathjax / "input/tex/extensions/cancel.js").is_file()  # loaded on demand by `\cancel`
     loader = (site / "javascripts" / "mathjax.js").read_text(encoding="utf-8")
     assert '"../assets/mathjax/"' in loader
-    assert '"tex-chtml.js"' in loader
+    assert '"tex-mml-chtml.js"' in loader
 
 
 def test_every_figure_is_drawn_into_the_site(site: Path) -> None:

@@ -2,7 +2,7 @@
 
 That package installs the upstream MathJax distribution as `mathjax/static/mathjax/` (found through the
 distribution's metadata: this hook's own module name would shadow the import name `mathjax`). The files the site needs are added to the build under `assets/mathjax/`; nothing is vendored in the repository.
-`docs/javascripts/mathjax.js` loads `assets/mathjax/tex-chtml.js` on pages that have math.
+`docs/javascripts/mathjax.js` loads `assets/mathjax/tex-mml-chtml.js` on pages that have math.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from mkdocs.structure.files import File, Files
 
 MATHJAX_VERSION = "3.2.2"
 DEST = "assets/mathjax"
-# The combined TeX -> CommonHTML component, and what it fetches on demand: the fonts, the TeX extensions that
-# `autoload`/`\require` pull in, and the accessibility tools behind MathJax's context menu.
-NEEDED = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "a11y", "sre")
+# The combined TeX and MathML -> CommonHTML component (the accessibility explorer needs its MathML input), and
+# what it fetches on demand: the fonts, the TeX extensions that `autoload`/`\require` pull in, and the
+# accessibility tools behind MathJax's context menu (the explorer and its speech rules).
+NEEDED = ("tex-mml-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "a11y", "sre")
 
 
 def _distribution() -> Path:

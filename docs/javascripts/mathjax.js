@@ -20,12 +20,23 @@
     startup: { typeset: false },
   };
 
+  // Instant navigation keeps only the <head> elements that the new page has, which drops the <style> elements
+  // MathJax added. Put the context menu's back (their rules are plain text); the CHTML sheet, whose rules
+  // MathJax inserts one by one, is rebuilt before the next typeset instead.
+  new MutationObserver((records) => {
+    for (const node of records.flatMap((record) => [...record.removedNodes])) {
+      if (node.nodeName === "STYLE" && node.id !== "MJX-CHTML-styles") {
+        document.head.appendChild(node);
+      }
+    }
+  }).observe(document.head, { childList: true });
+
   let loading = null;
   function load() {
     if (loading === null) {
       loading = new Promise((resolve, reject) => {
         const script = document.createElement("script");
-        script.src = base + "tex-chtml.js";
+        script.src = base + "tex-mml-chtml.js";
         script.async = true;
         script.onload = resolve;
         script.onerror = () => reject(new Error("MathJax failed to load from " + script.src));
@@ -44,6 +55,10 @@
       // Chain on startup.promise so that a typeset started by an earlier page finishes first.
       MathJax.startup.promise = MathJax.startup.promise
         .then(() => {
+          // The CHTML sheet left with the old page's <head>: let the typeset write a complete new one.
+          if (!document.getElementById("MJX-CHTML-styles")) {
+            MathJax.startup.output.clearCache();
+          }
           MathJax.typesetClear();
           MathJax.texReset();
           return MathJax.typesetPromise(elements);
