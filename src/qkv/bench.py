@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from qkv.functional import scaled_dot_product_attention
 from qkv.kernels import flash_attention
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TORCH_BACKENDS = {
     "torch-math": SDPBackend.MATH,
@@ -268,49 +272,64 @@ def cases(args: argparse.Namespace) -> list[Case]:
     ]
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Measure every case, printing a progress line to stderr; return the report (environment + results)."""
+def run(args: argparse.Namespace, progress: TextIO | None = sys.stderr) -> dict:
+    """Measure every case, with a progress line on `progress`; return the report (environment + results)."""
     device = torch.device(args.device)
     todo = cases(args)
     results = []
     for index, case in enumerate(todo, start=1):
-        label = f"{case.path} {case.mode} {case.dtype} D={case.head_dim} N={case.n}"
-        label += " causal" if case.causal else ""
-        print(f"\r[{index:>3}/{len(todo)}] {label:<60}", end="", file=sys.stderr, flush=True)
+        if progress:
+            label = f"{case.path} {case.mode} {case.dtype} D={case.head_dim} N={case.n}"
+            label += " causal" if case.causal else ""
+            print(f"\r[{index:>3}/{len(todo)}] {label:<60}", end="", file=progress, flush=True)
         results.append(measure(case, device))
-    print(file=sys.stderr)
+    if progress:
+        print(file=progress)
     return {"environment": environment(device), "arguments": vars(args), "results": results}
 
 
-def plot(report: dict, directory: Path) -> list[Path]:
-    """One PNG per (mode, dtype, head size, causal): TFLOP/s against N, a line per path that ran."""
+def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool) -> Figure:
+    """TFLOP/s against N for one configuration, a line per path that ran; device and date in the title."""
     from matplotlib.figure import Figure
 
-    directory.mkdir(parents=True, exist_ok=True)
-    groups: dict[tuple, list[dict]] = {}
-    for record in report["results"]:
-        key = (record["mode"], record["dtype"], record["head_dim"], record["causal"])
-        groups.setdefault(key, []).append(record)
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for path in PATHS:
+        points = [
+            (record["n"], record["tflops"])
+            for record in report["results"]
+            if (record["path"], record["mode"], record["dtype"]) == (path, mode, dtype)
+            and (record["head_dim"], record["causal"]) == (head_dim, causal)
+            and record["tflops"]
+        ]
+        if points:
+            ax.plot(*zip(*points, strict=True), "o-", label=path)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel("TFLOP/s")
     env = report["environment"]
+    masking = "causal" if causal else "full"
+    ax.set_title(
+        f"{mode}, {dtype}, D={head_dim}, {masking}\n"
+        f"{env['device_name']}, torch {env['torch']}, {env['date_utc']}",
+        fontsize="medium",
+    )
+    ax.legend()
+    return fig
+
+
+def plot(report: dict, directory: Path) -> list[Path]:
+    """One PNG per (mode, dtype, head size, causal) measured, drawn by `draw`; return their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    configurations = dict.fromkeys(
+        (r["mode"], r["dtype"], r["head_dim"], r["causal"]) for r in report["results"]
+    )
     written = []
-    for (mode, dtype, head_dim, causal), records in groups.items():
-        fig = Figure(figsize=(6.4, 4.2), layout="constrained")
-        ax = fig.subplots()
-        for path in PATHS:
-            points = [(r["n"], r["tflops"]) for r in records if r["path"] == path and r["tflops"]]
-            if points:
-                ax.plot(*zip(*points, strict=True), "o-", label=path)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length N")
-        ax.set_ylabel("TFLOP/s")
+    for mode, dtype, head_dim, causal in configurations:
         masking = "causal" if causal else "full"
-        ax.set_title(
-            f"{mode}, {dtype}, D={head_dim}, {masking}\n{env['device_name']}, {env['date_utc']}"
-        )
-        ax.legend()
-        name = f"{mode.replace('+', '-')}_{dtype}_d{head_dim}_{masking}.png"
-        fig.savefig(directory / name, dpi=120)
-        written.append(directory / name)
+        path = directory / f"{mode.replace('+', '-')}_{dtype}_d{head_dim}_{masking}.png"
+        draw(report, mode, dtype, head_dim, causal).savefig(path, dpi=120)
+        written.append(path)
     return written
 
 
