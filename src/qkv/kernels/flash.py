@@ -154,6 +154,7 @@ def _backward_preprocess(Out, dOut, Delta, seqlen_q, HEAD_DIM: tl.constexpr, BLO
     tl.store(Delta + head * seqlen_q + rows, tl.sum(out * d_out, 1), mask=row_ok)
 
 
+# --8<-- [start:probabilities]
 @triton.jit
 def _probabilities(q, k, lse, rows, cols, seqlen_q, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
     """One tile of attention probabilities, recomputed from the stored logsumexp; 0 where not allowed."""
@@ -162,6 +163,9 @@ def _probabilities(q, k, lse, rows, cols, seqlen_q, seqlen_k, qk_scale, CAUSAL: 
     if CAUSAL:
         allowed = allowed & (cols[None, :] <= rows[:, None])
     return tl.where(allowed, tl.exp2(scores - lse[:, None] * LOG2E), 0.0)
+
+
+# --8<-- [end:probabilities]
 
 
 @triton.jit
