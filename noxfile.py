@@ -28,7 +28,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The package's tests and every Python block of the site, the Triton kernel under its interpreter."""
-    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.install(*CONSTRAINTS, "-e", ".[test,docs]")
     session.run(
         "pytest",
         "--codeblocks",
@@ -36,7 +36,7 @@ def tests(session: nox.Session) -> None:
         "docs",
         "--ignore=tests/browser",
         *session.posargs,
-        env={"TRITON_INTERPRET": "1"},
+        env={**DOCS_ENV, "TRITON_INTERPRET": "1"},
     )
 
 
