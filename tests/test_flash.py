@@ -13,6 +13,10 @@ the day the interpreter gets it right, so that the refusal can go. bfloat16 is c
 """
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -147,6 +151,52 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
     q, k, v = random_qkv(1, 1, 4, 4, 16)
     with pytest.raises(ValueError, match=r"on the CPU \(1, 1, 4, 16\).*TRITON_INTERPRET=1"):
         qkv.flash_attention(q, k, v)
+
+
+# Compiles every kernel to Hopper (sm_90) machine code with Triton's bundled ptxas; needs no GPU.
+COMPILE_FOR_GPU = textwrap.dedent(
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from qkv.kernels import flash
+
+    assert not flash.INTERPRETED
+    TYPES = {"LSE": "*fp32", "Delta": "*fp32", "scale": "fp32", "qk_scale": "fp32"}
+    KERNELS = [
+        (flash._forward_kernel, {"BLOCK_M": 128, "BLOCK_N": 64}),
+        (flash._backward_preprocess, {"BLOCK_M": 64}),
+        (flash._backward_dkdv_kernel, {"BLOCK_M": 32, "BLOCK_N": 64}),
+        (flash._backward_dq_kernel, {"BLOCK_M": 64, "BLOCK_N": 32}),
+    ]
+    for kernel, constants in KERNELS:
+        for causal in (False, True):
+            given = {"HEAD_DIM": 64, "CAUSAL": causal, **constants}
+            constexprs = {name: given[name] for name in kernel.arg_names if name in given}
+            signature = {
+                p.name: "constexpr" if p.is_constexpr else TYPES.get(p.name, "*bf16")
+                for p in kernel.params
+            }
+            signature |= {name: "i32" for name in signature if name.startswith("seqlen")}
+            source = ASTSource(kernel, signature, constexprs)
+            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+            assert compiled.asm["cubin"], kernel.__name__
+    """
+)
+
+
+def test_kernels_compile_for_a_gpu():
+    """The interpreter skips GPU compilation; this catches what only the compiler rejects."""
+    env = os.environ | {"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILE_FOR_GPU],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def half(*size):

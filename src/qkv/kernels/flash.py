@@ -46,20 +46,10 @@ INTERPRETED = triton.knobs.runtime.interpret  # read when the kernels below are 
 # --8<-- [start:inner-loop]
 @triton.jit
 def _attend_to_keys(
-    acc,
-    l_i,
-    m_i,
-    q,
-    K,
-    V,
-    rows,
-    key_end,
-    seqlen_k,
-    qk_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-):
+    acc, l_i, m_i,  # the running output, sum and maximum of BLOCK_M query rows
+    q, K, V, rows, key_end, seqlen_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+):  # fmt: skip
     """Fold the keys `[0, key_end)` into one block of query rows, `BLOCK_N` keys at a time."""
     dims = tl.arange(0, HEAD_DIM)
     for start in range(0, key_end, BLOCK_N):
@@ -92,19 +82,10 @@ def _attend_to_keys(
 # --8<-- [start:forward-kernel]
 @triton.jit
 def _forward_kernel(
-    Q,
-    K,
-    V,
-    Out,
-    LSE,
-    qk_scale,
-    seqlen_q,
-    seqlen_k,
-    HEAD_DIM: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    Q, K, V, Out, LSE,  # (B, H, L, D), (B, H, S, D), (B, H, S, D), (B, H, L, D), (B, H, L)
+    qk_scale, seqlen_q, seqlen_k,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     """One program: `BLOCK_M` query rows of one (batch, head) against all the keys they may see."""
     block = tl.program_id(0)
     head = tl.program_id(1).to(tl.int64)  # flat index b * H + h
@@ -170,23 +151,10 @@ def _probabilities(q, k, lse, rows, cols, seqlen_q, seqlen_k, qk_scale, CAUSAL: 
 
 @triton.jit
 def _backward_dkdv_kernel(
-    Q,
-    K,
-    V,
-    dOut,
-    LSE,
-    Delta,
-    dK,
-    dV,
-    scale,
-    qk_scale,
-    seqlen_q,
-    seqlen_k,
-    HEAD_DIM: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    Q, K, V, dOut, LSE, Delta, dK, dV,
+    scale, qk_scale, seqlen_q, seqlen_k,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     """One program: dK and dV of `BLOCK_N` keys, summed over every query block that sees them."""
     block = tl.program_id(0)
     head = tl.program_id(1).to(tl.int64)
@@ -230,22 +198,10 @@ def _backward_dkdv_kernel(
 
 @triton.jit
 def _backward_dq_kernel(
-    Q,
-    K,
-    V,
-    dOut,
-    LSE,
-    Delta,
-    dQ,
-    scale,
-    qk_scale,
-    seqlen_q,
-    seqlen_k,
-    HEAD_DIM: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    Q, K, V, dOut, LSE, Delta, dQ,
+    scale, qk_scale, seqlen_q, seqlen_k,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     """One program: dQ of `BLOCK_M` query rows, summed over every key block they see."""
     block = tl.program_id(0)
     head = tl.program_id(1).to(tl.int64)
