@@ -10,6 +10,9 @@ stores and conversions work, but `tl.dot` on bfloat16 operands multiplies their 
 integers, so the kernels give garbage; `flash_attention` therefore refuses bfloat16 under the interpreter
 (tested below), and `test_interpreter_bfloat16_dot_is_still_broken` is a strict xfail that starts failing
 the day the interpreter gets it right, so that the refusal can go. bfloat16 is checked on GPU only.
+
+The interpreter never runs Triton's GPU compiler, so `test_kernels_compile_for_a_gpu` compiles every kernel
+to sm_90 machine code in a subprocess (Triton ships ptxas; no GPU needed).
 """
 
 import math
