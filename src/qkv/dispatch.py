@@ -4,7 +4,8 @@ Backends:
 
 - `"triton"`: the package's FlashAttention kernel (`qkv.kernels.flash_attention`), on CUDA, for fp16/bf16
   `(B, H, N, D)` inputs with a head size of 16, 32, 64 or 128, no `attn_mask` and no dropout (asked for by
-  name, it also runs on CPU tensors under Triton's interpreter, `TRITON_INTERPRET=1`: slowly, for testing);
+  name, it also runs on CPU tensors under Triton's interpreter, `TRITON_INTERPRET=1`: slowly, in fp16 only,
+  for testing);
 - `"torch"`: `torch.nn.functional.scaled_dot_product_attention`, everything else;
 - `"reference"`: the package's explicit formula, `qkv.scaled_dot_product_attention`, on request only.
 
