@@ -70,3 +70,11 @@ def test_bad_input_is_checked_before_dispatch():
         qkv.attention(
             torch.randn(1, 4, 8), torch.randn(1, 5, 8), torch.randn(1, 6, 8), backend="torch"
         )
+
+
+def test_triton_backend_runs_the_kernel_under_the_interpreter():
+    q, k, v = (torch.randn(1, 2, n, 16, dtype=torch.float16) for n in (5, 7, 7))
+    expected = reference_attention(q, k, v, is_causal=True)
+    out = qkv.attention(q, k, v, is_causal=True, backend="triton")
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=2e-3)
