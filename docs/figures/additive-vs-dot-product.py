@@ -1,8 +1,8 @@
 """Figures for the post "Additive vs dot-product attention".
 
-`scoring-time`: one forward pass of each classic module, timed on this machine's CPU when the site is built;
-the machine, torch version, thread count and date are printed in the title. `classic-weights`: the weights of
-the four scores for the same queries and keys.
+`additive-vs-dot-product-time`: one forward pass of each classic module, timed on this machine's CPU when
+the site is built; the machine, torch version, thread count and date are printed in the title.
+`additive-vs-dot-product-weights`: the weights of the four scores for the same queries and keys.
 """
 
 import datetime
