@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.visit import Visit, visit
@@ -55,13 +56,29 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         """Keep the test output free of one line per request."""
 
 
-def post_slugs() -> list[str]:
-    """The slug of every article in docs/blog/posts/ (its URL is blog/<slug>/)."""
-    slugs = []
-    for post in sorted((ROOT / "docs" / "blog" / "posts").glob("*.md")):
-        found = re.search(r"^slug:\s*(\S+)\s*$", post.read_text(encoding="utf-8"), re.MULTILINE)
-        slugs.append(found[1] if found else post.stem)
-    return slugs
+@dataclass(frozen=True)
+class Post:
+    """An article as its Markdown source states it."""
+
+    slug: str
+    title: str
+    meta: dict
+
+    @property
+    def path(self) -> str:
+        """Its page, relative to the site's root (`post_url_format: "{slug}"`)."""
+        return f"blog/{self.slug}/"
+
+
+def posts() -> list[Post]:
+    """Every article in docs/blog/posts/, from its front matter and its `# Title` line."""
+    found = []
+    for source in sorted((ROOT / "docs" / "blog" / "posts").glob("*.md")):
+        _, front_matter, body = source.read_text(encoding="utf-8").split("---\n", 2)
+        meta = yaml.safe_load(front_matter)
+        title = re.search(r"^# (.+)$", body, re.MULTILINE)[1].strip()
+        found.append(Post(meta.get("slug", source.stem), title, meta))
+    return found
 
 
 def _pages(folder: Path) -> tuple[str, ...]:

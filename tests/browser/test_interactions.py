@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tests.browser.conftest import ROOT, Site, post_slugs
+from tests.browser.conftest import Site, posts
 from tests.browser.visit import MATH_DONE, MATH_STATE, MATH_TIMEOUT_MS
-
-POSTS = ROOT / "docs" / "blog" / "posts"
 
 
 @pytest.fixture
@@ -24,27 +21,13 @@ def page(browser: Browser, site: Site) -> Iterator[Page]:
     context.close()
 
 
-def _front_matter_and_title(slug: str) -> tuple[str, str]:
-    text = next(
-        post.read_text(encoding="utf-8")
-        for post in POSTS.glob("*.md")
-        if re.search(rf"^slug:\s*{re.escape(slug)}\s*$", post.read_text(encoding="utf-8"), re.M)
-        or post.stem == slug
-    )
-    front_matter = text.split("---", 2)[1]
-    title = re.search(r"^# (.+)$", text, re.MULTILINE)[1].strip()
-    return front_matter, title
-
-
 def _articles_about(word: str) -> list[str]:
     """Titles of the articles whose title or tags contain `word`: search must find at least these."""
-    titles = []
-    for slug in post_slugs():
-        front_matter, title = _front_matter_and_title(slug)
-        tags = re.search(r"^tags:\s*\[(.*)\]", front_matter, re.MULTILINE)
-        if word in title.lower() or (tags and word in tags[1].lower()):
-            titles.append(title)
-    return titles
+    return [
+        post.title
+        for post in posts()
+        if word in post.title.lower() or any(word in tag.lower() for tag in post.meta["tags"])
+    ]
 
 
 @pytest.mark.parametrize("word", ["softmax", "mask"])
@@ -91,9 +74,9 @@ def test_instant_navigation_typesets_the_next_page(page: Page, site: Site) -> No
     errors: list[str] = []
     page.on("console", lambda message: message.type == "error" and errors.append(message.text))
     page.evaluate("() => { window.qkvSamePage = true; }")
-    slug = post_slugs()[0]
-    page.locator(f'.md-content a[href$="blog/{slug}/"]').first.click()
-    page.wait_for_url(lambda url: urlsplit(url).path == f"/blog/{slug}/")
+    post = posts()[0]
+    page.locator(f'.md-content a[href$="{post.path}"]').first.click()
+    page.wait_for_url(lambda url: urlsplit(url).path == f"/{post.path}")
     page.wait_for_function(MATH_DONE, timeout=MATH_TIMEOUT_MS)
     math = page.evaluate(MATH_STATE)
     assert page.evaluate("() => window.qkvSamePage === true"), "the link reloaded the whole page"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
 
-from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, post_slugs
+from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
 from tests.browser.visit import Visit
 
 # Alt texts that say nothing about the picture.
@@ -29,7 +29,7 @@ def _report(problems: dict[str, list]) -> str:
 
 
 def test_every_page_was_visited(site: Site, visits: list[Visit]) -> None:
-    articles = {f"blog/{slug}/" for slug in post_slugs()}
+    articles = {post.path for post in posts()}
     assert {"", "blog/", *articles} <= set(site.pages)
     assert [record.path for record in visits] == list(site.pages)
 

@@ -1,0 +1,82 @@
+"""Feeds and metadata of the built site: RSS and JSON feeds of the articles, the sitemap, page descriptions,
+the author page, and `site_url` in absolute links. These read the built files; no browser needed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from email.utils import parsedate_to_datetime
+from html import unescape
+from xml.etree import ElementTree
+
+from tests.browser.conftest import Site, posts
+
+FEEDS = ("feed_rss_created.xml", "feed_rss_updated.xml")
+SITEMAP = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+
+
+def _rss_items(site: Site, name: str) -> dict[str, ElementTree.Element]:
+    channel = ElementTree.parse(site.folder / name).getroot().find("channel")
+    assert channel.findtext("link") == site.url
+    return {item.findtext("link"): item for item in channel.iter("item")}
+
+
+def test_rss_feeds_list_every_article(site: Site) -> None:
+    for name in FEEDS:
+        items = _rss_items(site, name)
+        assert set(items) == {site.url + post.path for post in posts()}, name
+        for post in posts():
+            item = items[site.url + post.path]
+            assert item.findtext("title") == post.title
+            assert item.findtext("description").strip() == post.meta["description"].strip()
+            published = parsedate_to_datetime(item.findtext("pubDate")).date()
+            assert published == post.meta["date"], f"{name}: {post.slug}"
+
+
+def test_json_feed_lists_every_article(site: Site) -> None:
+    feed = json.loads((site.folder / "feed_json_created.json").read_text(encoding="utf-8"))
+    assert feed["home_page_url"] == site.url
+    items = {item["url"]: item for item in feed["items"]}
+    assert set(items) == {site.url + post.path for post in posts()}
+    for post in posts():
+        published = dt.datetime.fromisoformat(items[site.url + post.path]["date_published"])
+        assert items[site.url + post.path]["title"] == post.title
+        assert published.date() == post.meta["date"]
+
+
+def test_pages_announce_the_feeds(site: Site) -> None:
+    home = (site.folder / "index.html").read_text(encoding="utf-8")
+    announced = re.findall(
+        r'<link rel="alternate" type="application/rss\+xml"[^>]*href="([^"]+)"', home
+    )
+    assert {href.rsplit("/", 1)[-1] for href in announced} == set(FEEDS)
+
+
+def test_sitemap_lists_every_page(site: Site) -> None:
+    root = ElementTree.parse(site.folder / "sitemap.xml").getroot()
+    listed = {loc.text for loc in root.iter(f"{SITEMAP}loc")}
+    pages = {site.url + page for page in site.pages if not page.endswith("404.html")}
+    assert listed == pages
+
+
+def test_every_article_has_its_own_description(site: Site) -> None:
+    descriptions = []
+    for post in posts():
+        description = post.meta.get("description", "").strip()
+        assert description, f"{post.slug} has no description in its front matter"
+        page = (site.folder / post.path / "index.html").read_text(encoding="utf-8")
+        meta = re.search(r'<meta name="description" content="([^"]*)"', page)
+        assert meta is not None, post.slug
+        assert unescape(meta[1]) == description
+        descriptions.append(description)
+    assert len(set(descriptions)) == len(descriptions)
+
+
+def test_author_page_lists_the_articles(site: Site) -> None:
+    authors = {author for post in posts() for author in post.meta["authors"]}
+    for author in authors:
+        page = (site.folder / "blog" / "author" / author / "index.html").read_text(encoding="utf-8")
+        written = [post for post in posts() if author in post.meta["authors"]]
+        missing = [post.slug for post in written if f'href="../../{post.slug}/"' not in page]
+        assert not missing, f"author page of {author} does not link {missing}"
