@@ -4,11 +4,18 @@ nbconvert's template, which mkdocs-jupyter extends, puts two loaders in every no
 cdnjs (with a MathJax 2 configuration script) and a module script that imports mermaid from cdnjs when a cell
 outputs a diagram. The site typesets math with its own MathJax 3 (`javascripts/mathjax.js`) and has no mermaid
 output, so both are removed; a notebook page that still loads a script from another host fails the build.
+
+nbconvert gives every image output the alt text "No description has been provided for this image". A code cell
+that draws a figure states what it shows in its metadata, `"alt": "..."`, which replaces that placeholder; a
+figure without one fails the build.
 """
 
 from __future__ import annotations
 
+import html as markup
+import json
 import re
+from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
@@ -19,6 +26,8 @@ MATHJAX_LOADER = re.compile(
     r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.DOTALL
 )
 MODULE_SCRIPT = re.compile(r'<script type="module">.*?</script>', re.DOTALL)
+NO_ALT = 'alt="No description has been provided for this image"'
+CELL_ID = re.compile(r'id="cell-id=([^"]+)"')
 REMOTE_SCRIPT = re.compile(r"""<script[^>]*\ssrc=["']?(?:https?:)?//|import\(["'](?:https?:)?//""")
 
 
@@ -28,8 +37,29 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
         return html
     html = MATHJAX_LOADER.sub("", html)
     html = MODULE_SCRIPT.sub(lambda script: "" if "mermaid" in script[0] else script[0], html)
+    html = _alt_texts(html, page)
     if REMOTE_SCRIPT.search(html):
         raise PluginError(
             f"{page.file.src_uri}: the rendered notebook still loads a script from another host"
         )
     return html
+
+
+def _alt_texts(html: str, page: Page) -> str:
+    """Put each code cell's `alt` metadata on the images it outputs, in place of nbconvert's placeholder."""
+    if NO_ALT not in html:
+        return html
+    cells = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))["cells"]
+    alts = {cell.get("id"): cell["metadata"].get("alt") for cell in cells}
+    pieces = CELL_ID.split(html)  # [before the first cell, id, cell html, id, cell html, ...]
+    for index in range(1, len(pieces), 2):
+        cell_id, body = pieces[index], pieces[index + 1]
+        if NO_ALT in body:
+            if not alts.get(cell_id):
+                raise PluginError(
+                    f"{page.file.src_uri}: cell {cell_id} outputs an image; say what it shows in its "
+                    'metadata, "alt": "..."'
+                )
+            pieces[index + 1] = body.replace(NO_ALT, f'alt="{markup.escape(alts[cell_id])}"')
+        pieces[index] = f'id="cell-id={cell_id}"'
+    return "".join(pieces)
