@@ -1,5 +1,6 @@
-"""Feeds and metadata of the built site: RSS and JSON feeds of the articles, the sitemap, page descriptions,
-the author page, and `site_url` in absolute links. These read the built files; no browser needed."""
+"""Feeds, metadata and downloads of the built site: RSS and JSON feeds of the articles, the sitemap, page
+descriptions, the author page, `site_url` in absolute links, and each article's notebook. These read the built
+files or fetch them from the local server; no browser needed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import json
 import re
 from email.utils import parsedate_to_datetime
 from html import unescape
+from urllib.request import urlopen
 from xml.etree import ElementTree
+
+import nbformat
 
 from tests.browser.conftest import Site, posts
 
@@ -80,3 +84,16 @@ def test_author_page_lists_the_articles(site: Site) -> None:
         written = [post for post in posts() if author in post.meta["authors"]]
         missing = [post.slug for post in written if f'href="../../{post.slug}/"' not in page]
         assert not missing, f"author page of {author} does not link {missing}"
+
+
+def test_every_article_offers_its_notebook(site: Site) -> None:
+    for post in posts():
+        page = (site.folder / post.path / "index.html").read_text(encoding="utf-8")
+        name = f"{post.slug}.ipynb"
+        assert f'<a href="{name}" download' in page, f"{post.slug}: no download button"
+        with urlopen(site.url + post.path + name) as response:
+            notebook = nbformat.reads(response.read().decode("utf-8"), as_version=4)
+        nbformat.validate(notebook)
+        assert notebook.cells[0].source.startswith(f"*Generated from the article at <{site.url}")
+        assert any(cell.cell_type == "code" for cell in notebook.cells)
+        assert notebook.metadata.kernelspec.name == "python3"
