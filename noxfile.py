@@ -44,7 +44,7 @@ def tests(session: nox.Session) -> None:
 def browser(session: nox.Session) -> None:
     """Build the site, serve it on 127.0.0.1 and check every page in headless Chromium."""
     _ensure_chromium(session)
-    session.install(*CONSTRAINTS, "-e", ".[docs,browser]")
+    session.install(*CONSTRAINTS, "-e", ".[test,docs,browser]")
     session.run("pytest", "tests/browser", *session.posargs, env=DOCS_ENV)
 
 
