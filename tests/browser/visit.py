@@ -2,7 +2,7 @@
 
 `visit()` opens the page in a fresh browser context (a cold cache, so the bytes counted are those of a first
 visit), waits for the network to settle and MathJax to finish, reads the facts the tests check from the DOM,
-runs one axe-core scan, then narrows the viewport to a phone's width and measures horizontal overflow.
+runs an axe-core scan (and a colour-contrast scan in the dark scheme), then narrows the viewport to a phone's width and measures horizontal overflow.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 from urllib.parse import urlsplit
 
+from axe_playwright_python.base import AxeResults
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Request
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -18,6 +19,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 PHONE = {"width": 375, "height": 812}
 MATH_TIMEOUT_MS = 20_000
 AXE = Axe()
+COLOURS = {"runOnly": ["color-contrast", "link-in-text-block"], "resultTypes": ["violations"]}
 
 # Every formula typeset: each `.arithmatex` holds MathJax output, and no TeX delimiter is left in the text
 # outside code. The text is read from a copy of the article with code, MathJax output and scripts removed.
@@ -109,7 +111,7 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
     """Load `base_url + path` in a fresh context and record the `Visit`."""
     record = Visit(path)
     finished: list[Request] = []
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="light")
     # Nothing may leave the machine: a request to another host is recorded, then refused.
     local = urlsplit(base_url).netloc
     context.route(lambda url: urlsplit(url).netloc != local, lambda route: route.abort())
@@ -132,11 +134,12 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
         facts = page.evaluate(DOM_FACTS)
         record.code_blocks, record.without_copy = facts["code_blocks"], facts["without_copy"]
         record.images, record.headings = facts["images"], facts["headings"]
-        record.violations = [
-            f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes: {v['nodes'][0]['target']}): {v['help']}"
-            for v in AXE.run(page).response["violations"]
-            if v["impact"] in ("serious", "critical")
-        ]
+        record.violations = _serious(AXE.run(page))
+        # The same page as a reader whose system prefers dark colours sees it (the palette follows the
+        # system until the reader picks one): colour contrast again.
+        page.emulate_media(color_scheme="dark")
+        page.wait_for_function("() => document.body.dataset.mdColorScheme === 'slate'")
+        record.violations += [f"dark: {v}" for v in _serious(AXE.run(page, options=COLOURS))]
         page.set_viewport_size(PHONE)
         overflow = page.evaluate(OVERFLOW)
         record.phone_overflow, record.phone_widest = overflow["excess"], overflow["widest"]
@@ -144,6 +147,14 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
     finally:
         context.close()
     return record
+
+
+def _serious(results: AxeResults) -> list[str]:
+    return [
+        f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes: {v['nodes'][0]['target']}): {v['help']}"
+        for v in results.response["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
 
 
 def _body_size(request: Request) -> int:
