@@ -129,12 +129,12 @@ def test_parameter_counts():
         (
             (torch.randn(B, L, DQ + 1), torch.randn(B, S, DK), torch.randn(B, S, DV)),
             ValueError,
-            r"query has 5 features but the module expects 4: \(2, 3, 5\)",
+            r"query must be \(B, N, 4\) \(batch first\), got shape \(2, 3, 5\)",
         ),
         (
             (torch.randn(B, L, DQ), torch.randn(B, S, DK - 1), torch.randn(B, S, DV)),
             ValueError,
-            r"keys have 5 features but the module expects 6",
+            r"keys must be \(B, N, 6\) \(batch first\), got shape \(2, 5, 5\)",
         ),
         (
             (torch.randn(B + 1, L, DQ), torch.randn(B, S, DK), torch.randn(B, S, DV)),
@@ -144,7 +144,7 @@ def test_parameter_counts():
         (
             (torch.randn(L, DQ), torch.randn(B, S, DK), torch.randn(B, S, DV)),
             ValueError,
-            r"query must have at least 3 dimensions, got shape \(3, 4\)",
+            r"query must be \(B, N, 4\) \(batch first\), got shape \(3, 4\)",
         ),
         (
             (torch.randn(B, L, DQ), torch.randn(B, S, DK).double(), torch.randn(B, S, DV)),

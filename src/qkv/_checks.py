@@ -111,3 +111,43 @@ def check_attention_inputs(
         raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")
+
+
+def check_batch_first(
+    names: tuple[str, str, str],
+    tensors: tuple[Tensor, Tensor, Tensor],
+    features: tuple[int | None, ...],
+) -> None:
+    """Raise unless query `(B, L, ·)`, key `(B, S, ·)` and value `(B, S, ·)` fit together.
+
+    Args:
+        names: what the caller calls its query, key and value arguments.
+        tensors: the three tensors, in that order.
+        features: the size each one's last dimension must have (None: any).
+    """
+    for name, x, size in zip(names, tensors, features, strict=True):
+        check_tensor(name, x)
+        if x.dim() != 3 or (size is not None and x.size(-1) != size):
+            wanted = "features" if size is None else size
+            raise ValueError(f"{name} must be (B, N, {wanted}) (batch first), got shape {shape(x)}")
+    (q_name, k_name, v_name), (query, key, value) = names, tensors
+    check_same_dtype_and_device(**dict(zip(names, tensors, strict=True)))
+    if key.shape[:2] != value.shape[:2]:
+        raise ValueError(
+            f"{k_name} and {v_name} disagree on (B, S): {k_name} {shape(key)} vs {v_name} {shape(value)}"
+        )
+    if query.size(0) != key.size(0):
+        raise ValueError(
+            f"{q_name} and {k_name} disagree on the batch size: "
+            f"{q_name} {shape(query)} vs {k_name} {shape(key)}"
+        )
+
+
+def check_key_mask(name: str, mask: object, key: Tensor, meaning: str) -> None:
+    """Raise unless `mask` is a bool `(B, S)` tensor for `key` `(B, S, ·)`; `meaning` says what True means."""
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must be a bool tensor ({meaning}), got {getattr(mask, 'dtype', type(mask))}"
+        )
+    if mask.shape != key.shape[:2]:
+        raise ValueError(f"{name} must be (B, S) = {tuple(key.shape[:2])}, got {shape(mask)}")

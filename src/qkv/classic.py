@@ -10,33 +10,18 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_same_dtype_and_device, check_tensor, shape
+from qkv._checks import check_batch_first, check_key_mask
 from qkv.functional import safe_softmax
 
 
-class AdditiveAttention(nn.Module):
-    """Bahdanau attention: a one-layer network scores each pair, `e = v^T tanh(W q + U k + b)`.
+class _PairScoring(nn.Module):
+    """What both classic attentions share: score every pair, mask, softmax over the keys, weigh the values.
 
-    Args:
-        query_dim: Dq, the size of each query (the decoder state).
-        key_dim: Dk, the size of each key (the encoder annotation).
-        hidden_dim: the width of the scoring network.
+    A subclass sets `query_dim` and `key_dim` and defines `scores(query, keys) -> (B, L, S)`.
     """
 
-    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)  # W
-        self.key_proj = nn.Linear(key_dim, hidden_dim)  # U and b
-        self.score = nn.Linear(hidden_dim, 1, bias=False)  # v
-
-    # --8<-- [start:additive]
-    def scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        """`e_ij = v^T tanh(W q_i + U k_j + b)`: `(B, L, Dq), (B, S, Dk) -> (B, L, S)`."""
-        q = self.query_proj(query)[:, :, None, :]  # (B, L, Dq) -> (B, L, 1, hidden)
-        k = self.key_proj(keys)[:, None, :, :]  # (B, S, Dk) -> (B, 1, S, hidden)
-        return self.score(torch.tanh(q + k)).squeeze(-1)  # (B, L, S, hidden) -> (B, L, S)
-
-    # --8<-- [end:additive]
+    query_dim: int
+    key_dim: int
 
     def forward(
         self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None
@@ -50,18 +35,51 @@ class AdditiveAttention(nn.Module):
             mask: bool `(B, S)`, True = may attend.
 
         Returns:
-            `(context (B, L, Dv), weights (B, L, S))`.
+            `(context (B, L, Dv), weights (B, L, S))`; a query with no allowed key gets zeros in both.
 
         Raises:
             TypeError, ValueError: inputs or mask of the wrong type or shape.
         """
-        _check_classic(
-            query, keys, values, mask, self.query_proj.in_features, self.key_proj.in_features
-        )
-        return _attend(self.scores(query, keys), values, mask)
+        features = (self.query_dim, self.key_dim, None)
+        check_batch_first(("query", "keys", "values"), (query, keys, values), features)
+        if mask is not None:
+            check_key_mask("mask", mask, keys, "True = may attend")
+        scores = self.scores(query, keys)  # (B, L, S)
+        if mask is not None:
+            scores = scores.masked_fill(
+                ~mask[:, None, :], float("-inf")
+            )  # mask (B, S) -> (B, 1, S)
+        weights = safe_softmax(scores)
+        return weights @ values, weights  # (B, L, S) @ (B, S, Dv) -> (B, L, Dv)
 
 
-class LuongAttention(nn.Module):
+class AdditiveAttention(_PairScoring):
+    """Bahdanau attention: a one-layer network scores each pair, `e = v^T tanh(W q + U k + b)`.
+
+    Args:
+        query_dim: Dq, the size of each query (the decoder state).
+        key_dim: Dk, the size of each key (the encoder annotation).
+        hidden_dim: the width of the scoring network.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.query_dim, self.key_dim = query_dim, key_dim
+        self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)  # W
+        self.key_proj = nn.Linear(key_dim, hidden_dim)  # U and b
+        self.score = nn.Linear(hidden_dim, 1, bias=False)  # v
+
+    # --8<-- [start:additive]
+    def scores(self, query: Tensor, keys: Tensor) -> Tensor:
+        """`e_ij = v^T tanh(W q_i + U k_j + b)`: `(B, L, Dq), (B, S, Dk) -> (B, L, S)`."""
+        q = self.query_proj(query)[:, :, None, :]  # (B, L, Dq) -> (B, L, 1, hidden)
+        k = self.key_proj(keys)[:, None, :, :]  # (B, S, Dk) -> (B, 1, S, hidden)
+        return self.score(torch.tanh(q + k)).squeeze(-1)  # (B, L, S, hidden) -> (B, L, S)
+
+    # --8<-- [end:additive]
+
+
+class LuongAttention(_PairScoring):
     """Luong (multiplicative) attention with one of its three scores.
 
     - `"dot"`: `e = q^T k`;
@@ -77,7 +95,7 @@ class LuongAttention(nn.Module):
         super().__init__()
         if score not in ("dot", "general", "concat"):
             raise ValueError(f"score must be 'dot', 'general' or 'concat', got {score!r}")
-        self.dim = dim
+        self.query_dim = self.key_dim = dim
         self.kind = score
         if score == "general":
             self.weight_proj = nn.Linear(dim, dim, bias=False)  # W
@@ -98,64 +116,3 @@ class LuongAttention(nn.Module):
         return self.score(torch.tanh(self.concat_proj(pairs))).squeeze(-1)  # (B, L, S)
 
     # --8<-- [end:luong]
-
-    def forward(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """Attend from each query over the keys.
-
-        Args:
-            query: `(B, L, D)`.
-            keys: `(B, S, D)`.
-            values: `(B, S, Dv)`.
-            mask: bool `(B, S)`, True = may attend.
-
-        Returns:
-            `(context (B, L, Dv), weights (B, L, S))`.
-
-        Raises:
-            TypeError, ValueError: inputs or mask of the wrong type or shape.
-        """
-        _check_classic(query, keys, values, mask, self.dim, self.dim)
-        return _attend(self.scores(query, keys), values, mask)
-
-
-def _attend(scores: Tensor, values: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Mask the `(B, L, S)` scores, softmax over the keys, and weigh the `(B, S, Dv)` values."""
-    if mask is not None:
-        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))  # (B, S) -> (B, 1, S)
-    weights = safe_softmax(scores)
-    return weights @ values, weights  # (B, L, S) @ (B, S, Dv) -> (B, L, Dv)
-
-
-def _check_classic(
-    query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, query_dim: int, key_dim: int
-) -> None:
-    for name, x in (("query", query), ("keys", keys), ("values", values)):
-        check_tensor(name, x, min_dim=3)
-        if x.dim() != 3:
-            raise ValueError(f"{name} must be 3-D (B, length, features), got shape {shape(x)}")
-    check_same_dtype_and_device(query=query, keys=keys, values=values)
-    if query.size(-1) != query_dim:
-        raise ValueError(
-            f"query has {query.size(-1)} features but the module expects {query_dim}: {shape(query)}"
-        )
-    if keys.size(-1) != key_dim:
-        raise ValueError(
-            f"keys have {keys.size(-1)} features but the module expects {key_dim}: {shape(keys)}"
-        )
-    if keys.shape[:2] != values.shape[:2]:
-        raise ValueError(
-            f"keys and values disagree on (B, S): keys {shape(keys)} vs values {shape(values)}"
-        )
-    if query.size(0) != keys.size(0):
-        raise ValueError(
-            f"query and keys disagree on the batch size: query {shape(query)} vs keys {shape(keys)}"
-        )
-    if mask is not None:
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise TypeError(
-                f"mask must be a bool tensor (True = may attend), got {getattr(mask, 'dtype', mask)}"
-            )
-        if mask.shape != keys.shape[:2]:
-            raise ValueError(f"mask must be (B, S) = {tuple(keys.shape[:2])}, got {shape(mask)}")

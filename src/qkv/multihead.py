@@ -10,7 +10,7 @@ from functools import reduce
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_mask, check_same_dtype_and_device, check_tensor, shape
+from qkv._checks import check_batch_first, check_key_mask, check_mask
 from qkv.dispatch import attention
 from qkv.functional import attention_weights
 from qkv.masks import causal_mask, keep_to_additive, key_padding_to_keep
@@ -162,35 +162,13 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: Tensor | None,
         attn_mask: Tensor | None,
     ) -> None:
-        for name, x, features in (
-            ("query", query, self.q_proj.in_features),
-            ("key", key, self.k_proj.in_features),
-            ("value", value, self.v_proj.in_features),
-        ):
-            check_tensor(name, x)
-            if x.dim() != 3 or x.size(-1) != features:
-                raise ValueError(
-                    f"{name} must be (B, N, {features}) (batch first), got shape {shape(x)}"
-                )
-        check_same_dtype_and_device(query=query, key=key, value=value)
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(
-                f"key and value disagree on (B, S): key {shape(key)} vs value {shape(value)}"
-            )
-        if query.size(0) != key.size(0):
-            raise ValueError(
-                f"query and key disagree on the batch size: query {shape(query)} vs key {shape(key)}"
-            )
+        check_batch_first(
+            ("query", "key", "value"),
+            (query, key, value),
+            (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features),
+        )
         if key_padding_mask is not None:
-            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
-                raise TypeError(
-                    "key_padding_mask must be a bool tensor (True = ignore), "
-                    f"got {getattr(key_padding_mask, 'dtype', type(key_padding_mask))}"
-                )
-            if key_padding_mask.shape != key.shape[:2]:
-                raise ValueError(
-                    f"key_padding_mask must be (B, S) = {tuple(key.shape[:2])}, got {shape(key_padding_mask)}"
-                )
+            check_key_mask("key_padding_mask", key_padding_mask, key, "True = ignore")
         if attn_mask is not None:
             target = (query.size(0), self.num_heads, query.size(1), key.size(1))
             check_mask("attn_mask", attn_mask, target, query)
