@@ -58,6 +58,104 @@ def test_notebook_holds_the_code_the_docs_tests_run(post: Path) -> None:
     assert not markdown.startswith("---")
 
 
+POST = """---
+date: 2026-11-02
+slug: example
+---
+
+# Example
+
+Intro with $x$ and a [link](other.md#part), a [site](https://example.org/) and ![a figure](../../f.svg).
+
+<!-- more -->
+
+<!--pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")-->
+```python
+x = 1
+```
+
+<!--pytest-codeblocks:cont-->
+```python
+print(x)
+```
+
+<!--pytest-codeblocks:expected-output-->
+```text
+1
+```
+
+```python title="src/pkg/mod.py"
+--8<-- "src/pkg/mod.py:part"
+```
+
+```console
+$ pip install qkv
+```
+"""
+
+SOURCE = """def outside():
+    pass
+
+
+class Thing:
+    # --8<-- [start:part]
+    def inside(self):
+        return 1
+    # --8<-- [end:part]
+"""
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "mod.py").write_text(SOURCE, encoding="utf-8")
+    return tmp_path
+
+
+def test_only_python_fences_become_code_cells(root: Path) -> None:
+    notebook = article_notebook(POST, root=root, link=lambda target: f"https://site/{target}")
+    kinds = [cell.cell_type for cell in notebook.cells]
+    assert kinds == ["markdown", "code", "code", "markdown"]
+    assert _code(notebook) == ["x = 1", "print(x)"]
+    assert [cell.id for cell in notebook.cells] == ["cell-0", "cell-1", "cell-2", "cell-3"]
+    intro, _, _, rest = (cell.source for cell in notebook.cells)
+    assert intro.startswith("# Example")
+    assert "[link](https://site/other.md#part)" in intro
+    assert "[site](https://example.org/)" in intro
+    assert "![a figure](https://site/../../f.svg)" in intro
+    assert "<!--" not in intro + rest
+    assert "date:" not in intro
+    assert rest.startswith("```text\n1\n```")
+    assert "```console\n$ pip install qkv\n```" in rest
+
+
+def test_skip_condition_travels_with_its_cell(root: Path) -> None:
+    cells = article_notebook(POST, root=root).cells
+    assert cells[1].metadata["qkv"] == {"skipif": 'not __import__("torch").cuda.is_available()'}
+    assert "qkv" not in cells[2].metadata
+
+
+def test_snippet_becomes_a_listing_of_the_included_source(root: Path) -> None:
+    rest = article_notebook(POST, root=root).cells[-1].source
+    listing = "From `src/pkg/mod.py`:\n\n```python\ndef inside(self):\n    return 1\n```"
+    assert listing in rest
+    assert "outside" not in rest
+
+
+@pytest.mark.parametrize(
+    ("post", "message"),
+    [
+        (POST.replace("mod.py:part", "mod.py:missing"), "section not found"),
+        (POST.replace("src/pkg/mod.py:part", "src/pkg/gone.py:part"), "file not found"),
+        (POST.rstrip().removesuffix("```"), "never closed"),
+    ],
+    ids=["missing-section", "missing-file", "unclosed-fence"],
+)
+def test_bad_post_raises(root: Path, post: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        article_notebook(post, root=root)
+
+
 def test_kernel_runs_this_interpreter() -> None:
     argv = KernelSpecManager().get_kernel_spec("python3").argv
     # jupyter_client starts a spec whose command is plain `python` with sys.executable.

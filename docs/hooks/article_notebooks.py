@@ -186,7 +186,8 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     """Write the post's notebook next to its page and put a download button at the top of the page."""
     if not page.file.src_uri.startswith(POSTS) or not page.file.src_uri.endswith(".md"):
         return html
-    name = f"{Path(page.url.rstrip('/')).name or page.file.name}.ipynb"
+    folder = posixpath.dirname(page.file.dest_uri)  # where the page's index.html goes
+    name = f"{page.meta.get('slug', page.file.name)}.ipynb"
 
     def link(target: str) -> str:
         path, _, anchor = target.partition("#")
@@ -206,7 +207,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     except ValueError as error:
         raise PluginError(f"{page.file.src_uri}: {error}") from error
     content = json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
-    files.append(File.generated(config, page.url + name, content=content))
+    files.append(File.generated(config, posixpath.join(folder, name), content=content))
     icon = _icon(config, "material/download")
     button = (
         f'<a href="{name}" download class="md-content__button md-icon" '
