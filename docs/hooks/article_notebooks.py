@@ -1,14 +1,14 @@
 """MkDocs hook: every article can be downloaded as a Jupyter notebook made from the same Markdown.
 
-`article_notebook()` turns a post into a notebook: the front matter, the excerpt separator and the
-pytest-codeblocks markers are dropped; each fence whose info string is exactly `python` becomes a code cell,
-in page order (the blocks that pytest-codeblocks runs, so the notebook runs what the tests run). A block marked
-`pytest.mark.skipif(condition, ...)` keeps its condition in the cell's metadata (`qkv.skipif`), for whoever
-runs the notebook unattended. Everything else stays Markdown: expected output, console commands, math and
-prose. A snippet fence (`--8<-- "src/qkv/x.py:section"`) shows package source that the article's code imports
-from `qkv`; it becomes a Markdown code listing with the source filled in, not a code cell, so the notebook
-never defines the package's functions a second time. Relative links and images become absolute URLs of the
-site, since a downloaded notebook has no site around it.
+`article_notebook()` turns a post into a notebook: the front matter and the HTML comments on lines of their
+own (pytest-codeblocks markers, the excerpt separator, formatter switches) are dropped; each fence whose info
+string is exactly `python` becomes a code cell, in page order (the blocks that pytest-codeblocks runs, so the
+notebook runs what the tests run). A block marked `pytest.mark.skipif(condition, ...)` keeps its condition in
+the cell's metadata (`qkv.skipif`), for whoever runs the notebook unattended. Everything else stays Markdown:
+expected output, console commands, math and prose. A snippet fence (`--8<-- "src/qkv/x.py:section"`) shows
+package source that the article's code imports from `qkv`; it becomes a Markdown code listing with the source
+filled in, not a code cell, so the notebook never defines the package's functions a second time. Relative
+links and images become absolute URLs of the site, since a downloaded notebook has no site around it.
 
 The hook writes `<slug>.ipynb` next to each post's page and puts a download button at the top of the page.
 """
@@ -31,12 +31,11 @@ from mkdocs.structure.pages import Page
 POSTS = "blog/posts/"
 FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.DOTALL)
 FENCE = re.compile(r"^(?P<indent> *)(?P<mark>`{3,}|~{3,})(?P<info>.*)$")
-MARKER = re.compile(r"^ *<!--\s*(?P<marker>pytest[-.][^>]*?)\s*-->\s*$")
+COMMENT = re.compile(r"^ *<!--\s*(?P<comment>.*?)\s*-->\s*$")  # a marker, `more`, `fmt: off`...
 SKIPIF = re.compile(r"pytest\.mark\.skipif\((?P<condition>.*?),\s*reason=.*\)$")
 SNIPPET = re.compile(r'^\s*--8<--\s+"(?P<path>[^":]+)(?::(?P<section>[a-z][-_0-9a-z]*))?"\s*$')
 TITLE = re.compile(r'\btitle="(?P<title>[^"]*)"')
 LINK = re.compile(r"(?P<head>!?\[[^\]]*\]\()(?P<target>[^)\s]+)(?P<tail>[^)]*\))")
-EXCERPT = "<!-- more -->"
 ORIGIN = (
     "*Generated from the article at <{url}>: the same text and the same code, which the site's tests run. "
     "The code needs PyTorch and the `qkv` package of the site's repository (`pip install -e .` in a clone). "
@@ -84,12 +83,10 @@ def article_notebook(
     index = 0
     while index < len(lines):
         line = lines[index]
-        marker = MARKER.match(line)
+        comment = COMMENT.match(line)
         fence = FENCE.match(line)
-        if marker:
-            markers.append(marker["marker"])
-        elif line.strip() == EXCERPT:
-            pass
+        if comment:
+            markers.append(comment["comment"])
         elif fence:
             end = _closing_fence(lines, index, fence)
             body = textwrap.dedent("\n".join(lines[index + 1 : end]))
