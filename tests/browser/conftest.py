@@ -1,8 +1,8 @@
 """Fixtures of the browser tests: the site built once, served on 127.0.0.1, and every page visited once.
 
-The site is built with `mkdocs build --strict` into a temporary folder, with `SITE_URL` set to the address
-it is served from (Material's instant navigation works only when `site_url` matches it): the server binds a
-free port first, then the build runs. One headless Chromium (Debian's `chromium`) is shared by all tests;
+The site is built by `tests.site.build_site` (`mkdocs build --strict`) into a temporary folder, with
+`SITE_URL` set to the address it is served from (Material's instant navigation works only when `site_url`
+matches it): the server binds a free port first, then the build runs. One headless Chromium (Debian's `chromium`) is shared by all tests;
 each page is visited in its own context by `visit.visit`, and the tests read the records.
 """
 
@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +21,8 @@ import yaml
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.visit import Visit, visit
+from tests.site import ROOT, build_site
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -100,16 +97,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     handler = functools.partial(_QuietHandler, directory=str(folder))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         url = f"http://127.0.0.1:{server.server_port}/"
-        build = subprocess.run(
-            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
-            cwd=ROOT,
-            env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if build.returncode != 0:
-            pytest.fail(f"mkdocs build --strict failed:\n{build.stdout}{build.stderr}")
+        try:
+            build_site(folder, site_url=url)
+        except RuntimeError as error:
+            pytest.fail(str(error))
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
