@@ -274,6 +274,12 @@ BAD_CALLS = {
         TypeError,
         r"attn_mask must be bool",
     ),
+    "float mask of another dtype": (
+        (torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8)),
+        {"attn_mask": torch.zeros(4, 5, dtype=torch.float64)},
+        TypeError,
+        r"attn_mask of dtype torch.float64 must be bool, float32 or query's dtype torch.float32",
+    ),
     "mask shape": (
         (torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8)),
         {"attn_mask": torch.ones(5, 4, dtype=torch.bool)},

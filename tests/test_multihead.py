@@ -246,6 +246,16 @@ X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 6)
             TypeError,
             r"attn_mask must be bool",
         ),
+        (
+            {
+                "query": X,
+                "key": MEMORY,
+                "value": torch.randn(2, 5, 8),
+                "attn_mask": torch.zeros(3, 5, dtype=torch.float64),
+            },
+            TypeError,
+            r"attn_mask of dtype torch.float64 must be bool, float32 or query's dtype",
+        ),
     ],
     ids=[
         "query-rank",
@@ -257,6 +267,7 @@ X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 6)
         "padding-shape",
         "mask-shape",
         "mask-dtype",
+        "float-mask-dtype",
     ],
 )
 def test_bad_input_is_rejected_with_a_clear_message(kwargs, error, message):

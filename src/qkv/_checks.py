@@ -35,12 +35,19 @@ def check_same_dtype_and_device(**tensors: Tensor) -> None:
 
 
 def check_mask(name: str, mask: object, target: tuple[int, ...], query: Tensor) -> None:
-    """Raise unless `mask` is a bool or float tensor that broadcasts to `target`, on `query`'s device."""
+    """Raise unless `mask` is bool, float32 or `query`'s dtype, on its device, and broadcasts to `target`.
+
+    The dtypes are the ones `torch.nn.functional.scaled_dot_product_attention` takes.
+    """
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(
             f"{name} must be bool (True = may attend) or floating point, got {mask.dtype}"
+        )
+    if mask.is_floating_point() and mask.dtype not in (torch.float32, query.dtype):
+        raise TypeError(
+            f"{name} of dtype {mask.dtype} must be bool, float32 or query's dtype {query.dtype}"
         )
     if mask.device != query.device:
         raise ValueError(f"{name} is on {mask.device} but query is on {query.device}")
