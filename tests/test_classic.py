@@ -166,6 +166,16 @@ def test_parameter_counts():
             ValueError,
             r"mask must be \(B, S\) = \(2, 5\), got \(2, 3, 5\)",
         ),
+        (
+            (
+                torch.randn(B, L, DQ),
+                torch.randn(B, S, DK),
+                torch.randn(B, S, DV),
+                torch.ones(B, S, dtype=torch.bool, device="meta"),
+            ),
+            ValueError,
+            r"mask is on meta but the keys are on cpu",
+        ),
     ],
     ids=[
         "values-length",
@@ -176,6 +186,7 @@ def test_parameter_counts():
         "dtype",
         "mask-dtype",
         "mask-shape",
+        "mask-device",
     ],
 )
 def test_bad_input_is_rejected_with_a_clear_message(args, error, message):

@@ -256,6 +256,16 @@ X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 6)
             TypeError,
             r"attn_mask of dtype torch.float64 must be bool, float32 or query's dtype",
         ),
+        (
+            {
+                "query": X,
+                "key": MEMORY,
+                "value": torch.randn(2, 5, 8),
+                "key_padding_mask": torch.zeros(2, 5, dtype=torch.bool, device="meta"),
+            },
+            ValueError,
+            r"key_padding_mask is on meta but the keys are on cpu",
+        ),
     ],
     ids=[
         "query-rank",
@@ -268,6 +278,7 @@ X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 6)
         "mask-shape",
         "mask-dtype",
         "float-mask-dtype",
+        "padding-device",
     ],
 )
 def test_bad_input_is_rejected_with_a_clear_message(kwargs, error, message):
