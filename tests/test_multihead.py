@@ -32,10 +32,11 @@ def mha_case(draw):
     value = torch.randn(batch, k_len, vdim or embed_dim, dtype=torch.float64) if cross else query
     ignore = torch.rand(batch, k_len) < draw(st.floats(0, 0.6)) if draw(st.booleans()) else None
     mask_kind = draw(st.sampled_from(["none", "bool", "float", "causal"]))
-    masked = {  # torch's attn_mask: bool True = NOT allowed
+    mask_shape = draw(st.sampled_from([(q_len, k_len), (batch * heads, q_len, k_len)]))
+    masked = {  # torch's attn_mask: bool True = NOT allowed; (L, S) or one per head (B*H, L, S)
         "none": None,
-        "bool": torch.rand(q_len, k_len) < 0.3,
-        "float": torch.randn(q_len, k_len, dtype=torch.float64),
+        "bool": torch.rand(mask_shape) < 0.3,
+        "float": torch.randn(mask_shape, dtype=torch.float64),
         "causal": ~qkv.causal_mask(q_len, k_len),
     }[mask_kind]
     ours_kwargs = {"key_padding_mask": ignore}

@@ -82,7 +82,7 @@ class MultiHeadAttention(nn.Module):
                 `nn.MultiheadAttention`).
             attn_mask: bool (True = MAY ATTEND, the convention of `scaled_dot_product_attention`, the opposite
                 of `nn.MultiheadAttention`'s bool `attn_mask`) or float (added to the scores), broadcastable
-                to `(B, H, L, S)`.
+                to `(B, H, L, S)`, or `(B*H, L, S)` as `nn.MultiheadAttention` takes a mask per head.
             is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
             need_weights: also return the attention weights of every head (before dropout).
 
@@ -140,7 +140,7 @@ class MultiHeadAttention(nn.Module):
         """
         masks = [
             key_padding_to_keep(key_padding_mask) if key_padding_mask is not None else None,
-            attn_mask,
+            self._per_head(attn_mask, query.size(0)),
         ]
         masks = [m for m in masks if m is not None]
         if not masks:
@@ -171,7 +171,17 @@ class MultiHeadAttention(nn.Module):
             check_key_mask("key_padding_mask", key_padding_mask, key, "True = ignore")
         if attn_mask is not None:
             target = (query.size(0), self.num_heads, query.size(1), key.size(1))
-            check_mask("attn_mask", attn_mask, target, query)
+            check_mask("attn_mask", self._per_head(attn_mask, query.size(0)), target, query)
+
+    def _per_head(self, attn_mask: Tensor | None, batch: int) -> Tensor | None:
+        """`nn.MultiheadAttention`'s per-head mask `(B*H, L, S)` as `(B, H, L, S)`; any other as it is."""
+        if (
+            isinstance(attn_mask, Tensor)
+            and attn_mask.dim() == 3
+            and attn_mask.size(0) == batch * self.num_heads
+        ):
+            return attn_mask.unflatten(0, (batch, self.num_heads))  # (B*H, L, S) -> (B, H, L, S)
+        return attn_mask
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
