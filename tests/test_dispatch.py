@@ -41,6 +41,8 @@ def test_auto_uses_triton_on_cuda_half_precision_only(monkeypatch):
     assert qkv.select_backend(q, q, q, dropout_p=0.1) == "torch"
     assert qkv.select_backend(q.float(), q.float(), q.float()) == "torch"
     assert qkv.select_backend(q[..., :48], q[..., :48], q[..., :48]) == "torch"
+    key = q[0, :1, :2]  # (1, 2, 64): a 3-D key that broadcasts, its first two sizes those of query
+    assert qkv.select_backend(q, key, key) == "torch"
 
 
 def test_choice_is_logged(caplog):

@@ -1,5 +1,6 @@
 """qkv.scaled_dot_product_attention and qkv.attention_weights against torch's scaled_dot_product_attention."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -120,6 +121,41 @@ def test_any_batch_rank(shape):
     torch.testing.assert_close(
         qkv.scaled_dot_product_attention(q, k, v, is_causal=True),
         F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("shapes", "kwargs"),
+    [
+        (((2, 4, 8), (1, 5, 8), (2, 5, 3)), {}),
+        (((2, 3, 4, 8), (5, 8), (3, 5, 8)), {"attn_mask": "bool"}),
+        (((4, 8), (5, 8), (2, 5, 3)), {}),
+        (((2, 4, 4, 8), (1, 2, 5, 8), (2, 5, 3)), {"enable_gqa": True}),
+        (((1, 4, 4, 8), (1, 2, 5, 8), (1, 4, 5, 3)), {"enable_gqa": True, "is_causal": True}),
+        (((2, 0, 8), (2, 5, 8), (2, 5, 3)), {}),
+        (((2, 4, 8), (2, 0, 8), (2, 0, 3)), {"is_causal": True}),
+        (((2, 4, 0), (2, 5, 0), (2, 5, 3)), {"scale": 1.0}),
+        (((2, 4, 8), (2, 5, 8), (2, 5, 3)), {"scale": np.float32(0.5)}),
+    ],
+    ids=[
+        "key-batch-1",
+        "key-2d",
+        "value-wider-batch",
+        "gqa-broadcast",
+        "gqa-value-heads",
+        "L=0",
+        "S=0",
+        "E=0",
+        "numpy-scale",
+    ],
+)
+def test_batch_dimensions_broadcast_like_torch(shapes, kwargs):
+    q, k, v = (torch.randn(shape, dtype=torch.float64) for shape in shapes)
+    if kwargs.get("attn_mask") == "bool":
+        kwargs = {"attn_mask": torch.rand(q.shape[:-1] + k.shape[-2:-1]) < 0.7}
+    torch.testing.assert_close(
+        qkv.scaled_dot_product_attention(q, k, v, **kwargs),
+        F.scaled_dot_product_attention(q, k, v, **kwargs),
     )
 
 
@@ -248,19 +284,31 @@ BAD_CALLS = {
         (torch.randn(2, 4, 8), torch.randn(3, 5, 8), torch.randn(3, 5, 8)),
         {},
         ValueError,
-        r"batch dimensions: query \(2, 4, 8\) vs key \(3, 5, 8\)",
+        r"batch dimensions \(...\) do not broadcast: query \(2, 4, 8\), key \(3, 5, 8\)",
     ),
-    "ranks differ": (
-        (torch.randn(2, 4, 8), torch.randn(5, 8), torch.randn(5, 8)),
+    "value's batch differs": (
+        (torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(3, 5, 8)),
         {},
         ValueError,
-        r"numbers of dimensions",
+        r"do not broadcast: query \(2, 4, 8\), key \(2, 5, 8\), value \(3, 5, 8\)",
     ),
     "heads differ without gqa": (
         (torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)),
         {},
         ValueError,
-        r"batch dimensions: query \(1, 4, 3, 8\) vs key \(1, 2, 3, 8\)",
+        r"do not broadcast: query \(1, 4, 3, 8\), key \(1, 2, 3, 8\)",
+    ),
+    "gqa value heads do not divide": (
+        (torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 3, 3, 8)),
+        {"enable_gqa": True},
+        ValueError,
+        r"value's heads must divide the query's: .* value \(1, 3, 3, 8\) has 3",
+    ),
+    "no features, no scale": (
+        (torch.randn(2, 4, 0), torch.randn(2, 5, 0), torch.randn(2, 5, 3)),
+        {},
+        ValueError,
+        r"1/sqrt\(E\) needs E > 0, got query \(2, 4, 0\)",
     ),
     "gqa heads do not divide": (
         (torch.randn(1, 4, 3, 8), torch.randn(1, 3, 3, 8), torch.randn(1, 3, 3, 8)),
@@ -297,6 +345,12 @@ BAD_CALLS = {
         {"dropout_p": 1.5},
         ValueError,
         r"dropout_p must lie in \[0, 1\], got 1.5",
+    ),
+    "dropout not a number": (
+        (torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8)),
+        {"dropout_p": "0.1"},
+        TypeError,
+        r"dropout_p must be a number, got str",
     ),
     "scale not a number": (
         (torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8)),

@@ -1,5 +1,7 @@
 """Input validation shared by the public functions: one place, messages that name arguments and shapes."""
 
+from numbers import Real
+
 import torch
 from torch import Tensor
 
@@ -61,16 +63,9 @@ def check_mask(name: str, mask: object, target: tuple[int, ...], query: Tensor) 
         )
 
 
-def _scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> tuple[int, ...]:
-    """`(..., L, S)`: the batch dimensions of query and key broadcast, then the two lengths."""
-    key_batch = (*key.shape[:-3], query.size(-3)) if enable_gqa else key.shape[:-2]
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key_batch)
-    except RuntimeError:
-        raise ValueError(
-            f"query and key disagree on their batch dimensions: query {shape(query)} vs key {shape(key)}"
-        ) from None
-    return (*batch, query.size(-2), key.size(-2))
+def _batch(x: Tensor, query: Tensor, enable_gqa: bool) -> tuple[int, ...]:
+    """The batch dimensions of `x` as they meet the query's: with `enable_gqa`, its heads become the query's."""
+    return (*x.shape[:-3], query.size(-3)) if enable_gqa else tuple(x.shape[:-2])
 
 
 def check_attention_inputs(
@@ -83,39 +78,46 @@ def check_attention_inputs(
     enable_gqa: bool,
     dropout_p: float = 0.0,
 ) -> None:
-    """Raise, naming the argument and the shapes, unless the inputs make a well-formed attention call."""
-    min_dim = 3 if enable_gqa else 2
-    check_tensor("query", query, min_dim)
-    check_tensor("key", key, min_dim)
-    check_same_dtype_and_device(query=query, key=key)
-    if query.dim() != key.dim():
-        raise ValueError(
-            f"query and key have different numbers of dimensions: query {shape(query)} vs key {shape(key)}"
-        )
+    """Raise, naming the argument and the shapes, unless the inputs make a well-formed attention call.
+
+    The batch dimensions `...` of query, key and value broadcast against each other, as in torch's function.
+    """
+    tensors = {"query": query, "key": key, "value": value}
+    tensors = {name: x for name, x in tensors.items() if x is not None}
+    for name, x in tensors.items():
+        check_tensor(name, x, 3 if enable_gqa else 2)
+    check_same_dtype_and_device(**tensors)
     if query.size(-1) != key.size(-1):
         raise ValueError(
             f"query and key disagree on the feature size E: query {shape(query)} vs key {shape(key)}"
         )
-    if value is not None:
-        check_tensor("value", value, min_dim)
-        check_same_dtype_and_device(query=query, value=value)
-        if key.shape[:-1] != value.shape[:-1]:
-            raise ValueError(
-                "key and value disagree on their leading dimensions (..., S): "
-                f"key {shape(key)} vs value {shape(value)}"
-            )
-    if enable_gqa and query.size(-3) % key.size(-3) != 0:
+    if value is not None and value.size(-2) != key.size(-2):
         raise ValueError(
-            "with enable_gqa, the key's heads must divide the query's: "
-            f"query {shape(query)} has {query.size(-3)} heads, key {shape(key)} has {key.size(-3)}"
+            f"key and value disagree on the number of keys S: key {shape(key)} vs value {shape(value)}"
         )
-    scores_shape = _scores_shape(query, key, enable_gqa)
+    for name, x in tensors.items() if enable_gqa else ():
+        if query.size(-3) % x.size(-3) != 0:
+            raise ValueError(
+                f"with enable_gqa, the {name}'s heads must divide the query's: "
+                f"query {shape(query)} has {query.size(-3)} heads, {name} {shape(x)} has {x.size(-3)}"
+            )
+    batches = {name: _batch(x, query, enable_gqa) for name, x in tensors.items()}
+    try:
+        torch.broadcast_shapes(*batches.values())
+    except RuntimeError:
+        given = ", ".join(f"{name} {shape(x)}" for name, x in tensors.items())
+        raise ValueError(f"the batch dimensions (...) do not broadcast: {given}") from None
     if attn_mask is not None:
         if is_causal:
             raise ValueError("pass either attn_mask or is_causal=True, not both")
-        check_mask("attn_mask", attn_mask, scores_shape, query)
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        batch = torch.broadcast_shapes(batches["query"], batches["key"])
+        check_mask("attn_mask", attn_mask, (*batch, query.size(-2), key.size(-2)), query)
+    if scale is None and query.size(-1) == 0:
+        raise ValueError(f"the default scale 1/sqrt(E) needs E > 0, got query {shape(query)}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
         raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, Real):
+        raise TypeError(f"dropout_p must be a number, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")
 

@@ -112,7 +112,7 @@ def _fits_triton(
 ) -> bool:
     return (
         query.dtype in (torch.float16, torch.bfloat16)
-        and query.dim() == 4
+        and query.dim() == key.dim() == 4
         and query.size(-1) in TRITON_HEAD_DIMS
         and key.shape == value.shape
         and query.shape[:2] == key.shape[:2]

@@ -1,7 +1,8 @@
 """Scaled dot-product attention written out step by step: scores, scale, mask, softmax, weighted sum.
 
 Shapes follow `torch.nn.functional.scaled_dot_product_attention`: `query` is `(..., L, E)`, `key` is
-`(..., S, E)` and `value` is `(..., S, Ev)`, where `...` is any number of batch dimensions (usually `(B, H)`).
+`(..., S, E)` and `value` is `(..., S, Ev)`, where `...` is any number of batch dimensions (usually `(B, H)`)
+that broadcast against each other.
 A boolean `attn_mask` means True = may attend; a floating-point one is added to the scores.
 """
 
@@ -37,7 +38,8 @@ def attention_weights(
 
     Raises:
         TypeError: a non-tensor, non-float input, or a mask that is neither bool nor float.
-        ValueError: shapes that disagree, a mask that does not broadcast, or a mask together with `is_causal`.
+        ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`,
+            or `E = 0` without a `scale`.
     """
     check_attention_inputs(query, key, None, attn_mask, is_causal, scale, enable_gqa)
     dtype = _compute_dtype(query)
@@ -108,8 +110,8 @@ def scaled_dot_product_attention(
 
     Args:
         query: `(..., L, E)`.
-        key: `(..., S, E)`.
-        value: `(..., S, Ev)`.
+        key: `(..., S, E)`; with `enable_gqa`, its head dimension (-3) may divide the query's.
+        value: `(..., S, Ev)`; with `enable_gqa`, its head dimension (-3) may divide the query's.
         attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to `(..., L, S)`.
         dropout_p: probability of zeroing each attention weight (applied whenever it is positive, as torch does).
         is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
@@ -121,8 +123,8 @@ def scaled_dot_product_attention(
 
     Raises:
         TypeError: a non-tensor or non-float input, tensors of different dtypes, or a mask of the wrong dtype.
-        ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`, or a
-            `dropout_p` outside [0, 1].
+        ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`,
+            `E = 0` without a `scale`, or a `dropout_p` outside [0, 1].
     """
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
     output_dtype, dtype = query.dtype, _compute_dtype(query)
