@@ -74,6 +74,23 @@ def test_bad_input_is_checked_before_dispatch():
         )
 
 
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (([1.0], [1.0], [1.0]), TypeError, r"query must be a torch.Tensor, got list"),
+        (
+            (torch.randn(1, 4, 8), torch.randn(1, 5, 8), torch.randn(1, 6, 8)),
+            ValueError,
+            r"key and value disagree on the number of keys S",
+        ),
+    ],
+    ids=["not-tensors", "lengths"],
+)
+def test_select_backend_checks_its_inputs(args, error, message):
+    with pytest.raises(error, match=message):
+        qkv.select_backend(*args)
+
+
 def test_triton_backend_runs_the_kernel_under_the_interpreter():
     q, k, v = (torch.randn(1, 2, n, 16, dtype=torch.float16) for n in (5, 7, 7))
     expected = reference_attention(q, k, v, is_causal=True)

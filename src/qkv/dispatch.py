@@ -43,8 +43,22 @@ def select_backend(
     """The backend `attention` uses for these inputs: `backend` itself unless it is `"auto"`.
 
     Raises:
-        ValueError: an unknown backend, or `"triton"` asked for inputs it cannot take.
+        TypeError, ValueError: inputs `attention` rejects, an unknown backend, or `"triton"` asked for
+            inputs it cannot take.
     """
+    check_attention_inputs(query, key, value, attn_mask, False, None, False, dropout_p)
+    return _select(query, key, value, attn_mask, dropout_p, backend)
+
+
+def _select(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    backend: Backend,
+) -> str:
+    """`select_backend` without the checks, for `attention`, which made them."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     fits_triton = _fits_triton(query, key, value, attn_mask, dropout_p)
@@ -89,7 +103,7 @@ def attention(
         TypeError, ValueError: as `qkv.scaled_dot_product_attention`, or a backend that cannot take the inputs.
     """
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, False, dropout_p)
-    chosen = select_backend(query, key, value, attn_mask, dropout_p, backend)
+    chosen = _select(query, key, value, attn_mask, dropout_p, backend)
     logger.debug("attention: %s backend for query %s %s", chosen, tuple(query.shape), query.dtype)
     if chosen == "triton":
         from qkv.kernels import flash_attention
