@@ -144,7 +144,10 @@ def test_from_torch_keeps_training_mode_dtype_and_dims():
             ValueError,
             r"embed_dim \(10\) must be divisible by num_heads \(3\)",
         ),
-        (lambda: qkv.MultiHeadAttention(0, 1), ValueError, r"must be positive"),
+        (lambda: qkv.MultiHeadAttention(0, 1), ValueError, r"embed_dim must be positive, got 0"),
+        (lambda: qkv.MultiHeadAttention(8, 2, kdim=0), ValueError, r"kdim must be positive, got 0"),
+        (lambda: qkv.MultiHeadAttention(8, 2, vdim=-1), ValueError, r"vdim must be positive"),
+        (lambda: qkv.MultiHeadAttention(8, "2"), TypeError, r"num_heads must be an int, got str"),
         (
             lambda: qkv.MultiHeadAttention(8, 2, dropout=2.0),
             ValueError,
@@ -168,7 +171,17 @@ def test_from_torch_keeps_training_mode_dtype_and_dims():
             r"add_bias_kv and add_zero_attn",
         ),
     ],
-    ids=["heads-divide", "positive", "dropout", "not-mha", "not-batch-first", "bias-kv"],
+    ids=[
+        "heads-divide",
+        "positive",
+        "kdim-0",
+        "vdim-negative",
+        "heads-str",
+        "dropout",
+        "not-mha",
+        "not-batch-first",
+        "bias-kv",
+    ],
 )
 def test_bad_construction_is_rejected(make, error, message):
     with pytest.raises(error, match=message):

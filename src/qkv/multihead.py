@@ -28,6 +28,7 @@ class MultiHeadAttention(nn.Module):
         vdim: features of `value` (E when None).
 
     Raises:
+        TypeError: a size that is not an int.
         ValueError: `embed_dim` not divisible by `num_heads`, or a size that is not positive.
     """
 
@@ -41,10 +42,14 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
     ) -> None:
         super().__init__()
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(
-                f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}"
-            )
+        sizes = {"embed_dim": embed_dim, "num_heads": num_heads, "kdim": kdim, "vdim": vdim}
+        for name, size in sizes.items():
+            if size is None and name in ("kdim", "vdim"):
+                continue
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise TypeError(f"{name} must be an int, got {type(size).__name__}")
+            if size <= 0:
+                raise ValueError(f"{name} must be positive, got {size}")
         if embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
@@ -56,8 +61,8 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(kdim or embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(vdim or embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim if kdim is None else kdim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim if vdim is None else vdim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     # --8<-- [start:forward]
