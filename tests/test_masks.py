@@ -140,6 +140,16 @@ def test_additive_and_bool_masks_give_the_same_attention():
         ),
         (lambda: qkv.keep_to_additive(torch.zeros(2, 3)), TypeError, r"mask must be a bool tensor"),
         (
+            lambda: qkv.keep_to_additive(torch.ones(2, 3, dtype=torch.bool), torch.bool),
+            TypeError,
+            r"dtype must be a floating-point torch.dtype, got torch.bool",
+        ),
+        (
+            lambda: qkv.padding_mask(torch.tensor([1, 2]), max_len=3.0),
+            TypeError,
+            r"max_len must be an int, got float",
+        ),
+        (
             lambda: qkv.additive_to_keep(torch.zeros(2, 3, dtype=torch.bool)),
             TypeError,
             r"floating-point",

@@ -71,7 +71,7 @@ def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
         bool `(B, 1, 1, S)`, True = real token (may be attended), broadcastable to scores `(B, H, L, S)`.
 
     Raises:
-        TypeError: `lengths` is not an integer tensor.
+        TypeError: `lengths` is not an integer tensor, or `max_len` not an int.
         ValueError: `lengths` is not 1-D, has a negative entry, or exceeds `max_len`.
     """
     if (
@@ -86,6 +86,7 @@ def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
         raise ValueError(f"lengths must be 1-D (B,), got shape {shape(lengths)}")
     longest = int(lengths.max()) if lengths.numel() else 0
     max_len = longest if max_len is None else max_len
+    _check_lengths(max_len=max_len)
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
     if longest > max_len:
@@ -133,8 +134,13 @@ def keep_to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor
 
     Returns:
         `mask`'s shape, in `dtype`.
+
+    Raises:
+        TypeError: `mask` is not a bool tensor, or `dtype` is not floating point.
     """
     _check_bool("mask", mask)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype}")
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
         ~mask, float("-inf")
     )
