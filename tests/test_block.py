@@ -97,3 +97,9 @@ def test_memory_must_match_cross_attention():
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match=r"embed_dim \(16\) must be divisible by num_heads \(3\)"):
         qkv.TransformerBlock(E, 3)
+
+
+@pytest.mark.parametrize("mlp_ratio", [0.0, -1.0])
+def test_mlp_needs_a_hidden_unit(mlp_ratio):
+    with pytest.raises(ValueError, match=rf"mlp_ratio {mlp_ratio} leaves the MLP no hidden unit"):
+        qkv.TransformerBlock(E, H, mlp_ratio=mlp_ratio)

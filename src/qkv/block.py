@@ -21,6 +21,9 @@ class TransformerBlock(nn.Module):
         mlp_ratio: the MLP's hidden width as a multiple of `embed_dim`.
         dropout: dropout on attention weights, inside the MLP, and on each residual branch.
         cross_attention: add a cross-attention layer that attends over `memory` (a decoder block).
+
+    Raises:
+        ValueError: `num_heads` does not divide `embed_dim`, or `mlp_ratio` leaves no hidden unit.
     """
 
     def __init__(
@@ -33,6 +36,10 @@ class TransformerBlock(nn.Module):
     ) -> None:
         super().__init__()
         hidden = int(embed_dim * mlp_ratio)
+        if hidden < 1:
+            raise ValueError(
+                f"mlp_ratio {mlp_ratio} leaves the MLP no hidden unit with embed_dim {embed_dim}"
+            )
         self.attn_norm = nn.LayerNorm(embed_dim)
         self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
         self.cross_norm = nn.LayerNorm(embed_dim) if cross_attention else None
