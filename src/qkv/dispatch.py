@@ -42,6 +42,17 @@ def select_backend(
 ) -> str:
     """The backend `attention` uses for these inputs: `backend` itself unless it is `"auto"`.
 
+    Args:
+        query: `(..., L, E)`.
+        key: `(..., S, E)`.
+        value: `(..., S, Ev)`.
+        attn_mask: bool (True = may attend) or float (added), broadcastable to `(..., L, S)`.
+        dropout_p: probability of zeroing each attention weight.
+        backend: `"auto"`, `"triton"`, `"torch"` or `"reference"`.
+
+    Returns:
+        `"triton"`, `"torch"` or `"reference"`.
+
     Raises:
         TypeError, ValueError: inputs `attention` rejects, an unknown backend, or `"triton"` asked for
             inputs it cannot take.
