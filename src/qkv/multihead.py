@@ -10,7 +10,7 @@ from functools import reduce
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_batch_first, check_key_mask, check_mask
+from qkv._checks import check_batch_first, check_key_mask, check_mask, shape
 from qkv.dispatch import attention
 from qkv.functional import attention_weights
 from qkv.masks import causal_mask, keep_to_additive, key_padding_to_keep
@@ -176,7 +176,13 @@ class MultiHeadAttention(nn.Module):
             check_key_mask("key_padding_mask", key_padding_mask, key, "True = ignore")
         if attn_mask is not None:
             target = (query.size(0), self.num_heads, query.size(1), key.size(1))
-            check_mask("attn_mask", self._per_head(attn_mask, query.size(0)), target, query)
+            per_head = self._per_head(attn_mask, query.size(0))
+            name = (
+                "attn_mask"
+                if per_head is attn_mask
+                else f"attn_mask {shape(attn_mask)}, one per head,"
+            )
+            check_mask(name, per_head, target, query)
 
     def _per_head(self, attn_mask: Tensor | None, batch: int) -> Tensor | None:
         """`nn.MultiheadAttention`'s per-head mask `(B*H, L, S)` as `(B, H, L, S)`; any other as it is."""
