@@ -194,6 +194,20 @@ def test_bad_input_is_rejected_with_a_clear_message(args, error, message):
         qkv.AdditiveAttention(DQ, DK, HIDDEN)(*args)
 
 
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: qkv.AdditiveAttention(4, -1, 8), ValueError, r"key_dim must be positive, got -1"),
+        (lambda: qkv.AdditiveAttention(4, 6, 0), ValueError, r"hidden_dim must be positive, got 0"),
+        (lambda: qkv.LuongAttention(4.0), TypeError, r"dim must be an int, got float"),
+    ],
+    ids=["negative", "zero", "float"],
+)
+def test_bad_sizes_are_rejected(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
 def test_unknown_luong_score_is_rejected():
     with pytest.raises(
         ValueError, match=r"score must be 'dot', 'general' or 'concat', got 'cosine'"

@@ -21,6 +21,17 @@ def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {shape(x)}")
 
 
+def check_sizes(minimum: int = 1, **sizes: object) -> None:
+    """Raise unless every named size is an int of at least `minimum` (0 or 1)."""
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"{name} must be an int, got {type(size).__name__}")
+        if size < minimum:
+            raise ValueError(
+                f"{name} must be {'positive' if minimum else 'non-negative'}, got {size}"
+            )
+
+
 def check_same_dtype_and_device(**tensors: Tensor) -> None:
     """Raise if the named tensors differ in dtype or device."""
     (first_name, first), *rest = tensors.items()

@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_batch_first, check_key_mask
+from qkv._checks import check_batch_first, check_key_mask, check_sizes
 from qkv.functional import safe_softmax
 
 
@@ -60,10 +60,14 @@ class AdditiveAttention(_PairScoring):
         query_dim: Dq, the size of each query (the decoder state).
         key_dim: Dk, the size of each key (the encoder annotation).
         hidden_dim: the width of the scoring network.
+
+    Raises:
+        TypeError, ValueError: a size that is not a positive int.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
         super().__init__()
+        check_sizes(query_dim=query_dim, key_dim=key_dim, hidden_dim=hidden_dim)
         self.query_dim, self.key_dim = query_dim, key_dim
         self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)  # W
         self.key_proj = nn.Linear(key_dim, hidden_dim)  # U and b
@@ -89,10 +93,14 @@ class LuongAttention(_PairScoring):
     Args:
         dim: the size of queries and keys alike.
         score: which of the three scores.
+
+    Raises:
+        TypeError, ValueError: a `dim` that is not a positive int, or an unknown `score`.
     """
 
     def __init__(self, dim: int, score: Literal["dot", "general", "concat"] = "dot") -> None:
         super().__init__()
+        check_sizes(dim=dim)
         if score not in ("dot", "general", "concat"):
             raise ValueError(f"score must be 'dot', 'general' or 'concat', got {score!r}")
         self.query_dim = self.key_dim = dim

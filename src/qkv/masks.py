@@ -16,7 +16,7 @@ A causal mask with fewer queries than keys (L = 3, S = 5) is aligned top-left, a
 import torch
 from torch import Tensor
 
-from qkv._checks import shape
+from qkv._checks import check_sizes, shape
 
 
 def causal_mask(
@@ -31,9 +31,12 @@ def causal_mask(
 
     Returns:
         bool `(L, S)`, True = may attend.
+
+    Raises:
+        TypeError, ValueError: a length that is not a non-negative int.
     """
     k_len = q_len if k_len is None else k_len
-    _check_lengths(q_len=q_len, k_len=k_len)
+    check_sizes(0, q_len=q_len, k_len=k_len)
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
 
 
@@ -52,9 +55,13 @@ def sliding_window_mask(
 
     Returns:
         bool `(L, S)`, True = may attend.
+
+    Raises:
+        TypeError, ValueError: a length that is not a non-negative int, or a `window` below 1.
     """
     k_len = q_len if k_len is None else k_len
-    _check_lengths(q_len=q_len, k_len=k_len, window=window)
+    check_sizes(0, q_len=q_len, k_len=k_len)
+    check_sizes(window=window)
     i = torch.arange(q_len, device=device)[:, None]  # (L, 1)
     j = torch.arange(k_len, device=device)[None, :]  # (1, S)
     return (j <= i) & (j > i - window)  # (L, S)
@@ -86,7 +93,7 @@ def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
         raise ValueError(f"lengths must be 1-D (B,), got shape {shape(lengths)}")
     longest = int(lengths.max()) if lengths.numel() else 0
     max_len = longest if max_len is None else max_len
-    _check_lengths(max_len=max_len)
+    check_sizes(0, max_len=max_len)
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
     if longest > max_len:
@@ -168,13 +175,3 @@ def _check_bool(name: str, mask: object, dims: tuple[int, ...] | None = None) ->
     if dims is not None and mask.dim() not in dims:
         wanted = " or ".join(f"{d}-D" for d in dims)
         raise ValueError(f"{name} must be {wanted}, got shape {shape(mask)}")
-
-
-def _check_lengths(**lengths: int) -> None:
-    for name, value in lengths.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < (1 if name == "window" else 0):
-            raise ValueError(
-                f"{name} must be {'positive' if name == 'window' else 'non-negative'}, got {value}"
-            )

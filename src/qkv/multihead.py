@@ -10,7 +10,7 @@ from functools import reduce
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_batch_first, check_key_mask, check_mask, shape
+from qkv._checks import check_batch_first, check_key_mask, check_mask, check_sizes, shape
 from qkv.dispatch import attention
 from qkv.functional import attention_weights
 from qkv.masks import causal_mask, keep_to_additive, key_padding_to_keep
@@ -42,14 +42,12 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
     ) -> None:
         super().__init__()
-        sizes = {"embed_dim": embed_dim, "num_heads": num_heads, "kdim": kdim, "vdim": vdim}
-        for name, size in sizes.items():
-            if size is None and name in ("kdim", "vdim"):
-                continue
-            if isinstance(size, bool) or not isinstance(size, int):
-                raise TypeError(f"{name} must be an int, got {type(size).__name__}")
-            if size <= 0:
-                raise ValueError(f"{name} must be positive, got {size}")
+        given = {"kdim": kdim, "vdim": vdim}
+        check_sizes(
+            embed_dim=embed_dim,
+            num_heads=num_heads,
+            **{name: size for name, size in given.items() if size is not None},
+        )
         if embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
