@@ -154,6 +154,11 @@ def test_from_torch_keeps_training_mode_dtype_and_dims():
             r"dropout must lie in \[0, 1\]",
         ),
         (
+            lambda: qkv.MultiHeadAttention(8, 2, dropout="0.1"),
+            TypeError,
+            r"dropout must be a number, got str",
+        ),
+        (
             lambda: qkv.MultiHeadAttention.from_torch(torch.nn.Linear(2, 2)),
             TypeError,
             r"must be a torch.nn.MultiheadAttention",
@@ -178,6 +183,7 @@ def test_from_torch_keeps_training_mode_dtype_and_dims():
         "vdim-negative",
         "heads-str",
         "dropout",
+        "dropout-str",
         "not-mha",
         "not-batch-first",
         "bias-kv",

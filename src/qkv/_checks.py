@@ -127,10 +127,15 @@ def check_attention_inputs(
         raise ValueError(f"the default scale 1/sqrt(E) needs E > 0, got query {shape(query)}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
         raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, Real):
-        raise TypeError(f"dropout_p must be a number, got {type(dropout_p).__name__}")
-    if not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")
+    check_probability("dropout_p", dropout_p)
+
+
+def check_probability(name: str, p: object) -> None:
+    """Raise unless `p` is a number in [0, 1]."""
+    if isinstance(p, bool) or not isinstance(p, Real):
+        raise TypeError(f"{name} must be a number, got {type(p).__name__}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {p}")
 
 
 def check_batch_first(

@@ -10,7 +10,14 @@ from functools import reduce
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_batch_first, check_key_mask, check_mask, check_sizes, shape
+from qkv._checks import (
+    check_batch_first,
+    check_key_mask,
+    check_mask,
+    check_probability,
+    check_sizes,
+    shape,
+)
 from qkv.dispatch import attention
 from qkv.functional import attention_weights
 from qkv.masks import causal_mask, keep_to_additive, key_padding_to_keep
@@ -52,8 +59,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
             )
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"dropout must lie in [0, 1], got {dropout}")
+        check_probability("dropout", dropout)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
