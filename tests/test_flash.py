@@ -101,6 +101,19 @@ def test_custom_scale_matches_torch(scale, causal):
     assert_matches_torch(*random_qkv(2, 1, 18, 21, 32), causal=causal, scale=scale)
 
 
+def test_batch_and_heads_both_above_one_match_torch():
+    # The grid is (blocks, H, B): each program must find its own (batch, head) slice.
+    assert_matches_torch(*random_qkv(2, 3, 17, 20, 16), causal=True)
+
+
+def test_grid_stays_within_cuda_limits_for_many_heads():
+    # B * H = 131072 programs per query block: more than CUDA's 65535 on grid axes 1 and 2.
+    blocks, *rest = flash._grid(1000, 64, batch=4096, heads=32)
+    assert blocks == 16
+    assert sorted(rest) == [32, 4096]  # one program per (block, head, batch)
+    assert max(rest) <= 65535
+
+
 def test_non_contiguous_inputs_match_torch():
     # (B, N, H, D) -> (B, H, N, D), as a model that keeps heads last would pass them
     q, k, v = (x.transpose(1, 2) for x in random_qkv(1, 21, 2, 2, 16))
@@ -287,6 +300,13 @@ BAD_INPUTS = [
         ValueError,
         r"need at least one position: q \(1, 2, 5, 16\), k \(1, 2, 0, 16\)",
         id="empty-keys",
+    ),
+    pytest.param(
+        (half(65536, 1, 1, 16), half(65536, 1, 1, 16), half(65536, 1, 1, 16)),
+        {},
+        ValueError,
+        r"batch and heads must each be at most 65535 .*: q \(65536, 1, 1, 16\)",
+        id="batch-above-grid-limit",
     ),
     pytest.param(
         (half(1, 1, 4, 16), half(1, 1, 4, 16), half(1, 1, 4, 16)),

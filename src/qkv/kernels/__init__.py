@@ -39,7 +39,8 @@ def flash_attention(
         TypeError: a non-tensor, a dtype other than float16/bfloat16 (bfloat16 under the interpreter),
             tensors of different dtypes, or a `scale` that is not a number.
         ValueError: a tensor that is not 4-D, shapes that disagree, an unsupported head size, an empty
-            sequence, tensors on different devices, or CPU tensors without `TRITON_INTERPRET=1`.
+            sequence, a batch or head count above 65535 (CUDA's grid limit), tensors on different
+            devices, or CPU tensors without `TRITON_INTERPRET=1`.
     """
     from qkv.kernels.flash import flash_attention as kernel
 

@@ -41,6 +41,13 @@ LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
 INTERPRETED = triton.knobs.runtime.interpret  # read when the kernels below are decorated
+MAX_GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0 allows 2**31 - 1)
+
+
+@triton.jit
+def _batch_head():
+    """The flat index `b * H + h` of this program's (batch, head), in int64; the grid is (blocks, H, B)."""
+    return tl.program_id(2).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
 
 
 # --8<-- [start:inner-loop]
@@ -88,7 +95,7 @@ def _forward_kernel(
 ):  # fmt: skip
     """One program: `BLOCK_M` query rows of one (batch, head) against all the keys they may see."""
     block = tl.program_id(0)
-    head = tl.program_id(1).to(tl.int64)  # flat index b * H + h
+    head = _batch_head()  # b * H + h, int64: offsets past 2**31 elements stay exact
     Q += head * seqlen_q * HEAD_DIM
     Out += head * seqlen_q * HEAD_DIM
     LSE += head * seqlen_q
@@ -125,7 +132,7 @@ def _forward_kernel(
 def _backward_preprocess(Out, dOut, Delta, seqlen_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
     """`delta = rowsum(dO * O)`, the term that the softmax gradient subtracts from every row."""
     block = tl.program_id(0)
-    head = tl.program_id(1).to(tl.int64)
+    head = _batch_head()
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows < seqlen_q
@@ -157,7 +164,7 @@ def _backward_dkdv_kernel(
 ):  # fmt: skip
     """One program: dK and dV of `BLOCK_N` keys, summed over every query block that sees them."""
     block = tl.program_id(0)
-    head = tl.program_id(1).to(tl.int64)
+    head = _batch_head()
     Q += head * seqlen_q * HEAD_DIM
     dOut += head * seqlen_q * HEAD_DIM
     LSE += head * seqlen_q
@@ -204,7 +211,7 @@ def _backward_dq_kernel(
 ):  # fmt: skip
     """One program: dQ of `BLOCK_M` query rows, summed over every key block they see."""
     block = tl.program_id(0)
-    head = tl.program_id(1).to(tl.int64)
+    head = _batch_head()
     Q += head * seqlen_q * HEAD_DIM
     dOut += head * seqlen_q * HEAD_DIM
     dQ += head * seqlen_q * HEAD_DIM
@@ -239,6 +246,15 @@ def _backward_dq_kernel(
 
 
 # --8<-- [end:backward-kernels]
+
+
+def _grid(seqlen: int, block: int, batch: int, heads: int) -> tuple[int, int, int]:
+    """Programs `(blocks, H, B)`: blocks of `block` positions on axis 0, heads and batch on axes 1 and 2.
+
+    CUDA caps grid axes 1 and 2 at 65535 programs, so `B * H` cannot share one of them; blocks take axis 0
+    (up to 2**31 - 1) so that consecutive programs share one head's keys and values in L2.
+    """
+    return (triton.cdiv(seqlen, block), heads, batch)
 
 
 # Launch configurations. On a GPU the autotuner times these once per (lengths, head size, causal) and keeps
@@ -277,8 +293,8 @@ def _flash_forward(
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, seqlen_q), device=q.device, dtype=torch.float32)
 
-    def grid(meta: dict) -> tuple[int, int]:
-        return (triton.cdiv(seqlen_q, meta["BLOCK_M"]), batch * heads)
+    def grid(meta: dict) -> tuple[int, int, int]:
+        return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
 
     _tuned_forward[grid](
         q, k, v, out, lse, scale * LOG2E.value, seqlen_q, seqlen_k, HEAD_DIM=head_dim, CAUSAL=causal
@@ -305,17 +321,17 @@ class _FlashAttention(torch.autograd.Function):
         seqlen_k = k.size(2)
         delta = torch.empty_like(lse)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        preprocess_grid = (triton.cdiv(seqlen_q, PREPROCESS_BLOCK_M), batch * heads)
+        preprocess_grid = _grid(seqlen_q, PREPROCESS_BLOCK_M, batch, heads)
         _backward_preprocess[preprocess_grid](
             out, d_out, delta, seqlen_q, HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M
         )
         scale, causal = ctx.scale, ctx.causal
 
-        def key_blocks(meta: dict) -> tuple[int, int]:
-            return (triton.cdiv(seqlen_k, meta["BLOCK_N"]), batch * heads)
+        def key_blocks(meta: dict) -> tuple[int, int, int]:
+            return _grid(seqlen_k, meta["BLOCK_N"], batch, heads)
 
-        def query_blocks(meta: dict) -> tuple[int, int]:
-            return (triton.cdiv(seqlen_q, meta["BLOCK_M"]), batch * heads)
+        def query_blocks(meta: dict) -> tuple[int, int, int]:
+            return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
 
         saved = (q, k, v, d_out, lse, delta)
         lengths = (seqlen_q, seqlen_k)
@@ -362,6 +378,11 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> None:
         )
     if q.size(3) not in HEAD_DIMS:
         raise ValueError(f"head size D must be one of {HEAD_DIMS}, got {q.size(3)}: q {shape(q)}")
+    if max(q.shape[:2]) > MAX_GRID_YZ:
+        raise ValueError(
+            f"batch and heads must each be at most {MAX_GRID_YZ} (CUDA's limit on a launch grid "
+            f"axis): q {shape(q)}"
+        )
     if q.size(2) == 0 or k.size(2) == 0:
         raise ValueError(f"q and k need at least one position: q {shape(q)}, k {shape(k)}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
