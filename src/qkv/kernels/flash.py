@@ -28,6 +28,7 @@ their raw 16-bit integer patterns.
 # Triton's convention: upper-case names for pointers and compile-time constants.
 # ruff: noqa: N803, N806
 
+import contextlib
 import math
 
 import torch
@@ -284,6 +285,11 @@ _tuned_backward_dq = _autotuned(_backward_dq_kernel, [(64, 32), (64, 64), (128, 
 PREPROCESS_BLOCK_M = 16 if INTERPRETED else 64
 
 
+def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
+    """Make `x`'s GPU the current one: Triton launches on the current device, not on the tensors'."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
 def _flash_forward(
     q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float
 ) -> tuple[Tensor, Tensor]:
@@ -296,9 +302,11 @@ def _flash_forward(
     def grid(meta: dict) -> tuple[int, int, int]:
         return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
 
-    _tuned_forward[grid](
-        q, k, v, out, lse, scale * LOG2E.value, seqlen_q, seqlen_k, HEAD_DIM=head_dim, CAUSAL=causal
-    )
+    qk_scale, lengths = scale * LOG2E.value, (seqlen_q, seqlen_k)
+    with _on_device(q):
+        _tuned_forward[grid](
+            q, k, v, out, lse, qk_scale, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
+        )
     return out, lse
 
 
@@ -322,9 +330,6 @@ class _FlashAttention(torch.autograd.Function):
         delta = torch.empty_like(lse)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         preprocess_grid = _grid(seqlen_q, PREPROCESS_BLOCK_M, batch, heads)
-        _backward_preprocess[preprocess_grid](
-            out, d_out, delta, seqlen_q, HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M
-        )
         scale, causal = ctx.scale, ctx.causal
 
         def key_blocks(meta: dict) -> tuple[int, int, int]:
@@ -334,13 +339,17 @@ class _FlashAttention(torch.autograd.Function):
             return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
 
         saved = (q, k, v, d_out, lse, delta)
-        lengths = (seqlen_q, seqlen_k)
-        _tuned_backward_dkdv[key_blocks](
-            *saved, dk, dv, scale, scale * LOG2E.value, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
-        )
-        _tuned_backward_dq[query_blocks](
-            *saved, dq, scale, scale * LOG2E.value, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
-        )
+        scales, lengths = (scale, scale * LOG2E.value), (seqlen_q, seqlen_k)
+        with _on_device(q):
+            _backward_preprocess[preprocess_grid](
+                out, d_out, delta, seqlen_q, HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M
+            )
+            _tuned_backward_dkdv[key_blocks](
+                *saved, dk, dv, *scales, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
+            )
+            _tuned_backward_dq[query_blocks](
+                *saved, dq, *scales, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
+            )
         return dq, dk, dv, None, None
 
 
