@@ -12,7 +12,8 @@ integers, so the kernels give garbage; `flash_attention` therefore refuses bfloa
 the day the interpreter gets it right, so that the refusal can go. bfloat16 is checked on GPU only.
 
 The interpreter never runs Triton's GPU compiler, so `test_kernels_compile_for_a_gpu` compiles every kernel
-to sm_90 machine code in a subprocess (Triton ships ptxas; no GPU needed).
+to sm_90 machine code in a subprocess (Triton ships ptxas; no GPU needed), with 16-byte-aligned pointers as a
+real launch has them, and every autotuner tile size at D = 128 within an H100's shared memory.
 """
 
 import math
@@ -169,7 +170,9 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
         qkv.flash_attention(q, k, v)
 
 
-# Compiles every kernel to Hopper (sm_90) machine code with Triton's bundled ptxas; needs no GPU.
+# Compiles every kernel to Hopper (sm_90) machine code with Triton's bundled ptxas; needs no GPU. Pointers
+# are marked 16-byte aligned, as torch's allocations are and a real launch specialises them: only then does
+# Triton pipeline the loads through multi-buffered shared memory, the code an H100 actually runs.
 COMPILE_FOR_GPU = textwrap.dedent(
     """
     import triton
@@ -179,7 +182,31 @@ COMPILE_FOR_GPU = textwrap.dedent(
     from qkv.kernels import flash
 
     assert not flash.INTERPRETED
+    H100_SHARED_MEMORY = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
     TYPES = {"LSE": "*fp32", "Delta": "*fp32", "scale": "fp32", "qk_scale": "fp32"}
+
+
+    def compile_for_sm90(kernel, given, dtype, num_warps=4, num_stages=3):
+        constexprs = {name: given[name] for name in kernel.arg_names if name in given}
+        signature = {
+            p.name: "constexpr" if p.is_constexpr else TYPES.get(p.name, dtype) for p in kernel.params
+        }
+        signature |= {name: "i32" for name in signature if name.startswith("seqlen")}
+        aligned = {
+            (i,): [["tt.divisibility", 16]]
+            for i, p in enumerate(kernel.params)
+            if signature[p.name].startswith("*")
+        }
+        compiled = triton.compile(
+            ASTSource(kernel, signature, constexprs, aligned),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": num_warps, "num_stages": num_stages},
+        )
+        assert compiled.asm["cubin"], kernel.__name__
+        shared = compiled.metadata.shared
+        assert shared <= H100_SHARED_MEMORY, (kernel.__name__, given, num_stages, shared)
+
+
     KERNELS = [
         (flash._forward_kernel, {"BLOCK_M": 128, "BLOCK_N": 64}),
         (flash._backward_preprocess, {"BLOCK_M": 64}),
@@ -188,16 +215,16 @@ COMPILE_FOR_GPU = textwrap.dedent(
     ]
     for kernel, constants in KERNELS:
         for causal in (False, True):
-            given = {"HEAD_DIM": 64, "CAUSAL": causal, **constants}
-            constexprs = {name: given[name] for name in kernel.arg_names if name in given}
-            signature = {
-                p.name: "constexpr" if p.is_constexpr else TYPES.get(p.name, "*bf16")
-                for p in kernel.params
-            }
-            signature |= {name: "i32" for name in signature if name.startswith("seqlen")}
-            source = ASTSource(kernel, signature, constexprs)
-            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
-            assert compiled.asm["cubin"], kernel.__name__
+            compile_for_sm90(kernel, {"HEAD_DIM": 64, "CAUSAL": causal, **constants}, "*bf16")
+
+    # Every tile size the autotuner may try, at the largest head size and its deepest pipeline (the most
+    # shared memory): a config that does not fit is skipped by the autotuner, but if none fits, the launch fails.
+    for tuned in (flash._tuned_forward, flash._tuned_backward_dkdv, flash._tuned_backward_dq):
+        by_stages = sorted(tuned.configs, key=lambda config: config.num_stages)
+        deepest = {tuple(config.kwargs.items()): config for config in by_stages}.values()
+        for config in deepest:
+            given = {"HEAD_DIM": 128, "CAUSAL": True, **config.kwargs}
+            compile_for_sm90(tuned.fn, given, "*fp16", config.num_warps, config.num_stages)
     """
 )
 
