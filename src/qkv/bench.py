@@ -148,8 +148,10 @@ def _make_call(case: Case, device: torch.device) -> Callable[[], None]:
 
     def call() -> None:
         if backward:
-            q.grad = k.grad = v.grad = None
             attention(q, k, v, case.causal).backward(d_out)
+            # Drop the gradients: the next call must not accumulate into them, and memory measured
+            # from before a call must not count the previous call's gradients as already there.
+            q.grad = k.grad = v.grad = None
         else:
             with torch.no_grad():
                 attention(q, k, v, case.causal)
