@@ -279,12 +279,15 @@ def run(args: argparse.Namespace, progress: TextIO | None = sys.stderr) -> dict:
     device = torch.device(args.device)
     todo = cases(args)
     results = []
-    for index, case in enumerate(todo, start=1):
-        if progress:
-            label = f"{case.path} {case.mode} {case.dtype} D={case.head_dim} N={case.n}"
-            label += " causal" if case.causal else ""
-            print(f"\r[{index:>3}/{len(todo)}] {label:<60}", end="", file=progress, flush=True)
-        results.append(measure(case, device))
+    # do_bench, the memory statistics and Triton's launches all use the current CUDA device.
+    current = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with current:
+        for index, case in enumerate(todo, start=1):
+            if progress:
+                label = f"{case.path} {case.mode} {case.dtype} D={case.head_dim} N={case.n}"
+                label += " causal" if case.causal else ""
+                print(f"\r[{index:>3}/{len(todo)}] {label:<60}", end="", file=progress, flush=True)
+            results.append(measure(case, device))
     if progress:
         print(file=progress)
     return {"environment": environment(device), "arguments": vars(args), "results": results}
