@@ -159,6 +159,22 @@ def test_batch_dimensions_broadcast_like_torch(shapes, kwargs):
     )
 
 
+@pytest.mark.parametrize("scale", [0.0, -0.7])
+@pytest.mark.parametrize("mask", ["none", "causal", "float"])
+def test_zero_and_negative_scale_match_torch(scale, mask):
+    # against torch's math backend: its CPU flash kernel gives NaN for is_causal with a scale <= 0
+    q, k, v = (torch.randn(2, 3, n, 4, dtype=torch.float64) for n in (5, 6, 6))
+    kwargs = {
+        "none": {},
+        "causal": {"is_causal": True},
+        "float": {"attn_mask": torch.randn(5, 6, dtype=torch.float64)},
+    }[mask]
+    torch.testing.assert_close(
+        qkv.scaled_dot_product_attention(q, k, v, scale=scale, **kwargs),
+        reference_attention(q, k, v, scale=scale, **kwargs),
+    )
+
+
 def test_gqa_equals_repeated_heads():
     q = torch.randn(2, 6, 5, 4, dtype=torch.float64)
     k, v = (
