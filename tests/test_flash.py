@@ -2,8 +2,8 @@
 
 `tests/conftest.py` sets `TRITON_INTERPRET=1` before anything imports triton. Every comparison is against the
 float64 reference with torch's own error in the same dtype as the yardstick (2x for outputs, 3x for
-gradients). Shapes are tiny and the interpreter runs 16 x 16 tiles, so lengths such as 17, 20, 33 and 45 cover
-partial tiles in both directions.
+gradients). Shapes are tiny and the interpreter runs 32 x 16 and 16 x 32 tiles (BLOCK_M != BLOCK_N, as on a
+GPU), so lengths such as 17, 20, 33 and 45 cover partial tiles in both directions.
 
 What the interpreter supports (Triton 3.9): float16 runs and is exact to float16 rounding. bfloat16 loads,
 stores and conversions work, but `tl.dot` on bfloat16 operands multiplies their raw 16-bit patterns as

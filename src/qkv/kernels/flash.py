@@ -20,8 +20,8 @@ With `dP = dO V^T`, the softmax gradient is `dS = P * (dP - delta)`, and `dQ = d
 Limits: inputs are `(B, H, L, D)` query and `(B, H, S, D)` key and value of one dtype, float16 or bfloat16
 (products in that dtype, accumulation in float32); `D` is 16, 32, 64 or 128; any lengths `L`, `S` >= 1
 (partial tiles are masked); no attention mask other than `causal`, no dropout. Under Triton's CPU
-interpreter (`TRITON_INTERPRET=1`, set before Triton is imported) the kernels run one fixed small tile
-size, and bfloat16 is refused: the interpreter (Triton 3.9) multiplies bfloat16 `tl.dot` operands as
+interpreter (`TRITON_INTERPRET=1`, set before Triton is imported) the kernels run one small tile
+shape each, and bfloat16 is refused: the interpreter (Triton 3.9) multiplies bfloat16 `tl.dot` operands as
 their raw 16-bit integer patterns.
 """
 
@@ -259,10 +259,12 @@ def _grid(seqlen: int, block: int, batch: int, heads: int) -> tuple[int, int, in
 
 
 # Launch configurations. On a GPU the autotuner times these once per (lengths, head size, causal) and keeps
-# the fastest; under the interpreter one small tile keeps the CPU tests quick and exercises partial tiles.
+# the fastest. Under the interpreter the first tile at half size keeps the CPU tests quick and exercises
+# partial tiles, with BLOCK_M != BLOCK_N as on a GPU (the causal loop bounds depend on both).
 def _configs(block_sizes: list[tuple[int, int]]) -> list[triton.Config]:
     if INTERPRETED:
-        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]
+        block_m, block_n = block_sizes[0]
+        return [triton.Config({"BLOCK_M": block_m // 2, "BLOCK_N": block_n // 2})]
     return [
         triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
         for block_m, block_n in block_sizes
