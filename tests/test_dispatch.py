@@ -23,6 +23,15 @@ def test_every_backend_computes_attention(backend, kwargs):
     )
 
 
+@pytest.mark.parametrize("backend", ["auto", "torch", "reference"])
+@pytest.mark.parametrize("scale", [0.0, -0.7])
+def test_causal_with_a_scale_of_zero_or_below(backend, scale):
+    q, k, v = (torch.randn(2, 3, n, 16) for n in (5, 7, 7))
+    expected = reference_attention(q, k, v, is_causal=True, scale=scale)
+    out = qkv.attention(q, k, v, is_causal=True, scale=scale, backend=backend)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_auto_uses_torch_on_cpu():
     q = torch.randn(1, 2, 4, 16, dtype=torch.float16)
     assert qkv.select_backend(q, q, q) == "torch"

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from qkv._checks import check_attention_inputs
 from qkv.functional import scaled_dot_product_attention
+from qkv.masks import causal_mask
 
 Backend = Literal["auto", "triton", "torch", "reference"]
 BACKENDS = ("auto", "triton", "torch", "reference")
@@ -120,6 +121,9 @@ def attention(
         from qkv.kernels import flash_attention
 
         return flash_attention(query, key, value, causal=is_causal, scale=scale)
+    if chosen == "torch" and is_causal and scale is not None and scale <= 0:
+        # torch 2.13's fused CPU kernel returns NaN for is_causal with a scale <= 0; its mask path is right
+        attn_mask, is_causal = causal_mask(query.size(-2), key.size(-2), device=query.device), False
     sdpa = F.scaled_dot_product_attention if chosen == "torch" else scaled_dot_product_attention
     return sdpa(
         query,
