@@ -58,6 +58,18 @@ def test_one_plot_per_configuration(tiny_run):
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_path_refusing_its_inputs_is_recorded_not_fatal(monkeypatch):
+    # On CUDA, qkv-flash raises TypeError for --dtype fp32 and ValueError for --head-dim 96.
+    def refuse(q, k, v, causal):
+        raise ValueError("head size D must be one of (16, 32, 64, 128), got 96")
+
+    monkeypatch.setattr(bench, "attention_function", lambda path: refuse)
+    case = bench.Case("reference", "forward", "fp32", 96, False, 8, batch=1, heads=1)
+    record = bench.measure(case, torch.device("cpu"))
+    assert record["status"] == "unsupported"
+    assert record["reason"].endswith("got 96")
+
+
 @pytest.mark.parametrize(
     ("mode", "causal", "flops"),
     [

@@ -119,6 +119,8 @@ def measure(case: Case, device: torch.device) -> dict:
                 record["ms"] = _time_cpu(call)
     except torch.OutOfMemoryError:
         return record | {"status": "oom", "reason": "out of memory"}
+    except (TypeError, ValueError) as error:  # qkv's checks refusing inputs, e.g. qkv-flash in fp32
+        return record | {"status": "unsupported", "reason": str(error).splitlines()[0]}
     except RuntimeError as error:
         missing = ("no available kernel", "no viable backend")
         status = "unsupported" if any(m in str(error).lower() for m in missing) else "error"
