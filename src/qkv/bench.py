@@ -9,7 +9,7 @@ Paths measured:
   mean nothing).
 
 A path that cannot run a case is recorded, not dropped: status `unsupported` (no kernel for these inputs, with
-torch's reason) or `oom`. Shapes follow the FlashAttention papers: `batch * N` = `--tokens` and
+torch's or qkv's reason) or `oom`. Shapes follow the FlashAttention papers: `batch * N` = `--tokens` and
 `heads * D` = `--hidden`. FLOPs count the two matrix products, `4 * B * H * N^2 * D`, halved when causal;
 the backward pass counts 2.5 times the forward. On CUDA each case is timed by `triton.testing.do_bench`
 (median) after a first call that compiles and autotunes; on CPU by `torch.utils.benchmark` (median of
