@@ -1,10 +1,13 @@
 """The mask builders and the converters between the three conventions."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.nn.attention.bias import causal_lower_right
 
 import qkv
 
@@ -27,6 +30,32 @@ def test_causal_mask_drives_attention_like_is_causal():
     )
 
 
+@given(st.integers(1, 9), st.integers(1, 9))
+def test_bottom_right_causal_mask_is_torchs_causal_lower_right(q_len, k_len):
+    q, k, v = torch.randn(1, q_len, 4), torch.randn(1, k_len, 4), torch.randn(1, k_len, 3)
+    mask = qkv.causal_mask(q_len, k_len, alignment="bottom_right")
+    for i in range(q_len):
+        assert mask[i].tolist() == [j <= i + k_len - q_len for j in range(k_len)]
+    if q_len <= k_len:  # torch's lower-right bias leaves no row empty only then
+        torch.testing.assert_close(
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q_len, k_len)),
+        )
+
+
+def test_bottom_right_causal_mask_gives_the_last_query_every_key():
+    assert qkv.causal_mask(1, 5, alignment="bottom_right").tolist() == [[True] * 5]
+    assert qkv.causal_mask(1, 5).tolist() == [[True] + [False] * 4]  # top-left: key 0 only
+
+
+@pytest.mark.parametrize(
+    "builder", [qkv.causal_mask, functools.partial(qkv.sliding_window_mask, window=2)]
+)
+def test_unknown_alignment_is_named(builder):
+    with pytest.raises(ValueError, match="alignment must be one of"):
+        builder(3, alignment="top-right")
+
+
 def test_causal_mask_defaults_to_square():
     assert qkv.causal_mask(4).shape == (4, 4)
 
@@ -37,6 +66,14 @@ def test_sliding_window_sees_itself_and_the_window_before(q_len, k_len, window):
     assert mask.shape == (q_len, k_len)
     for i in range(q_len):
         assert mask[i].tolist() == [i - window < j <= i for j in range(k_len)]
+
+
+@given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 9))
+def test_bottom_right_sliding_window_is_shifted_by_s_minus_l(q_len, k_len, window):
+    mask = qkv.sliding_window_mask(q_len, window, k_len, alignment="bottom_right")
+    shift = k_len - q_len
+    for i in range(q_len):
+        assert mask[i].tolist() == [i + shift - window < j <= i + shift for j in range(k_len)]
 
 
 def test_sliding_window_as_wide_as_the_sequence_is_causal():

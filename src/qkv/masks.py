@@ -6,44 +6,66 @@ whose True means "this query may attend this key". Two other conventions are com
 - `key_padding_mask` of `torch.nn.MultiheadAttention`: `(B, S)` bool, True means "ignore this key";
 - additive masks: float, 0 where attending is allowed and `-inf` where it is not, added to the scores.
 
-A causal mask with fewer queries than keys (L = 3, S = 5) is aligned top-left, as torch's `is_causal` is:
+When query and key lengths differ, a causal mask has two alignments. Top-left is torch's `is_causal` (query
+`i` attends keys `j <= i`); bottom-right puts the last query on the last key (query `i` attends keys
+`j <= i + S - L`), which is what new queries need when they meet cached keys. For L = 3, S = 5:
 
-    1 0 0 0 0
-    1 1 0 0 0
-    1 1 1 0 0
+    top_left       bottom_right
+    1 0 0 0 0      1 1 1 0 0
+    1 1 0 0 0      1 1 1 1 0
+    1 1 1 0 0      1 1 1 1 1
 """
+
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from qkv._checks import check_sizes, shape
 
+Alignment = Literal["top_left", "bottom_right"]
+ALIGNMENTS = ("top_left", "bottom_right")
+
 
 def causal_mask(
-    q_len: int, k_len: int | None = None, device: torch.device | str | None = None
+    q_len: int,
+    k_len: int | None = None,
+    device: torch.device | str | None = None,
+    *,
+    alignment: Alignment = "top_left",
 ) -> Tensor:
-    """Query `i` may attend key `j` when `j <= i`: the lower triangle of an `(L, S)` matrix of ones.
+    """Query `i` may attend key `j` when `j <= i + offset`: a lower triangle of an `(L, S)` matrix of ones.
 
     Args:
         q_len: L, the number of queries.
         k_len: S, the number of keys; `q_len` when None.
         device: where to make the mask.
+        alignment: `"top_left"` (offset 0, torch's `is_causal`) or `"bottom_right"` (offset `S - L`, the last
+            query sees every key: decoding with a cache).
 
     Returns:
-        bool `(L, S)`, True = may attend.
+        bool `(L, S)`, True = may attend. With `"bottom_right"` and `L > S`, the first `L - S` rows are
+        fully masked.
 
     Raises:
-        TypeError, ValueError: a length that is not a non-negative int.
+        TypeError, ValueError: a length that is not a non-negative int, or an unknown `alignment`.
     """
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
-    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(
+        _offset(q_len, k_len, alignment)
+    )
 
 
 def sliding_window_mask(
-    q_len: int, window: int, k_len: int | None = None, device: torch.device | str | None = None
+    q_len: int,
+    window: int,
+    k_len: int | None = None,
+    device: torch.device | str | None = None,
+    *,
+    alignment: Alignment = "top_left",
 ) -> Tensor:
-    """Query `i` may attend the `window` keys ending at `i`: keys `j` with `i - window < j <= i`.
+    """Query `i` may attend the `window` keys ending at `i + offset`: keys `i + offset - window < j <= i + offset`.
 
     A causal mask that also forgets the distant past, as in local (sliding-window) attention.
 
@@ -52,19 +74,28 @@ def sliding_window_mask(
         window: how many keys each query sees, itself included (at least 1).
         k_len: S, the number of keys; `q_len` when None.
         device: where to make the mask.
+        alignment: `"top_left"` (offset 0) or `"bottom_right"` (offset `S - L`), as in `causal_mask`.
 
     Returns:
         bool `(L, S)`, True = may attend.
 
     Raises:
-        TypeError, ValueError: a length that is not a non-negative int, or a `window` below 1.
+        TypeError, ValueError: a length that is not a non-negative int, a `window` below 1, or an unknown
+            `alignment`.
     """
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
     check_sizes(window=window)
-    i = torch.arange(q_len, device=device)[:, None]  # (L, 1)
+    last = torch.arange(q_len, device=device)[:, None] + _offset(q_len, k_len, alignment)  # (L, 1)
     j = torch.arange(k_len, device=device)[None, :]  # (1, S)
-    return (j <= i) & (j > i - window)  # (L, S)
+    return (j <= last) & (j > last - window)  # (L, S)
+
+
+def _offset(q_len: int, k_len: int, alignment: object) -> int:
+    """How far right of the diagonal the last key a query may see lies: 0 top-left, `S - L` bottom-right."""
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+    return 0 if alignment == "top_left" else k_len - q_len
 
 
 def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
