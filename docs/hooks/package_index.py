@@ -1,0 +1,102 @@
+"""MkDocs hook: the site serves the `qkv` package, so a reader installs what the articles import from it.
+
+Each build makes the wheel and the source distribution from the repository (hatchling's PEP 517 hooks, the
+project's own build backend) and publishes them with a PEP 503 simple index:
+
+    packages/qkv-<version>-py3-none-any.whl
+    packages/qkv-<version>.tar.gz   the source, tests and site included: what `nox` runs
+    simple/index.html               the project list: qkv
+    simple/qkv/index.html           a link to each file, with its sha256 and Requires-Python
+
+so that `pip install qkv --extra-index-url <site_url>simple/` works against the built site. Pages name the
+site's address as `{{ site_url }}` (and the version as `{{ qkv_version }}`): this hook fills both in, with
+the configured `site_url`, so every command a reader copies points at the site that served it. Two
+placeholders do not justify a templating plugin (mkdocs-macros would also read every `{{` of every code block).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import os
+import tempfile
+from email.parser import HeaderParser
+from pathlib import Path
+from zipfile import ZipFile
+
+from hatchling.build import build_sdist, build_wheel
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+PROJECT = "qkv"
+PLACEHOLDERS = ("{{ site_url }}", "{{ qkv_version }}")
+INDEX_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head><meta charset="utf-8"><meta name="pypi:repository-version" content="1.0"><title>{title}</title></head>
+<body>
+{links}
+</body>
+</html>
+"""
+
+_version: str | None = None
+
+
+def build(root: Path, directory: Path) -> tuple[Path, Path]:
+    """Build the wheel and the sdist of the project at `root` into `directory`; returns their paths."""
+    cwd = Path.cwd()
+    os.chdir(root)  # PEP 517 backends build the project in the working directory
+    try:
+        return directory / build_wheel(str(directory)), directory / build_sdist(str(directory))
+    finally:
+        os.chdir(cwd)
+
+
+def metadata(wheel: Path) -> dict[str, str]:
+    """The wheel's core metadata (`Name`, `Version`, `Requires-Python`...), first value of each field."""
+    with ZipFile(wheel) as archive:
+        (path,) = (name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        headers = HeaderParser().parsestr(archive.read(path).decode("utf-8"))
+    return {key: headers[key] for key in headers}
+
+
+def project_page(distributions: tuple[Path, ...], requires_python: str | None) -> str:
+    """The PEP 503 page of the project: a link to each file, with its hash and Requires-Python."""
+    attribute = (
+        f' data-requires-python="{html.escape(requires_python)}"' if requires_python else ""
+    )
+    links = "<br>\n".join(
+        f'<a href="../../packages/{path.name}#sha256={hashlib.sha256(path.read_bytes()).hexdigest()}"'
+        f"{attribute}>{path.name}</a>"
+        for path in distributions
+    )
+    return INDEX_PAGE.format(title=f"Links for {PROJECT}", links=links)
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Build the wheel and the sdist and add them, with the simple index, to the site."""
+    global _version
+    root = Path(config.config_file_path).parent
+    with tempfile.TemporaryDirectory(prefix="qkv-dist-") as folder:
+        try:
+            distributions = build(root, Path(folder))
+        except Exception as error:
+            raise PluginError(f"building the {PROJECT} distributions failed: {error}") from error
+        found = metadata(distributions[0])
+        _version = found["Version"]
+        for path in distributions:
+            files.append(
+                File.generated(config, f"packages/{path.name}", content=path.read_bytes())
+            )
+        page = project_page(distributions, found.get("Requires-Python"))
+        files.append(File.generated(config, f"simple/{PROJECT}/index.html", content=page))
+    projects = INDEX_PAGE.format(title="Simple index", links=f'<a href="{PROJECT}/">{PROJECT}</a>')
+    files.append(File.generated(config, "simple/index.html", content=projects))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Fill in `{{ site_url }}` and `{{ qkv_version }}`."""
+    return markdown.replace(PLACEHOLDERS[0], config.site_url).replace(PLACEHOLDERS[1], _version)
