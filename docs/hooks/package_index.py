@@ -64,9 +64,7 @@ def metadata(wheel: Path) -> dict[str, str]:
 
 def project_page(distributions: tuple[Path, ...], requires_python: str | None) -> str:
     """The PEP 503 page of the project: a link to each file, with its hash and Requires-Python."""
-    attribute = (
-        f' data-requires-python="{html.escape(requires_python)}"' if requires_python else ""
-    )
+    attribute = f' data-requires-python="{html.escape(requires_python)}"' if requires_python else ""
     links = "<br>\n".join(
         f'<a href="../../packages/{path.name}#sha256={hashlib.sha256(path.read_bytes()).hexdigest()}"'
         f"{attribute}>{path.name}</a>"
@@ -87,9 +85,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         found = metadata(distributions[0])
         _version = found["Version"]
         for path in distributions:
-            files.append(
-                File.generated(config, f"packages/{path.name}", content=path.read_bytes())
-            )
+            files.append(File.generated(config, f"packages/{path.name}", content=path.read_bytes()))
         page = project_page(distributions, found.get("Requires-Python"))
         files.append(File.generated(config, f"simple/{PROJECT}/index.html", content=page))
     projects = INDEX_PAGE.format(title="Simple index", links=f'<a href="{PROJECT}/">{PROJECT}</a>')

@@ -76,7 +76,7 @@ def on_nav(nav: Navigation, config: MkDocsConfig, files: Files) -> Navigation:
     nav.items.append(blog)
     nav.pages = list(_pages(nav.items))
     bookended = [None, *nav.pages, None]
-    for previous, page, following in zip(bookended, nav.pages, bookended[2:]):
+    for previous, page, following in zip(bookended[:-2], nav.pages, bookended[2:], strict=True):
         page.previous_page, page.next_page = previous, following
     return nav
 
