@@ -109,6 +109,11 @@ def test_heading_levels_do_not_skip(visits: list[Visit]) -> None:
     assert all(record.headings for record in visits)
 
 
+def test_nothing_is_clipped_at_desktop_width(visits: list[Visit]) -> None:
+    problems = {record.path: record.clipped for record in visits}
+    assert not any(problems.values()), _report(problems)
+
+
 def test_no_page_scrolls_sideways_on_a_phone(visits: list[Visit]) -> None:
     problems = {
         record.path: [f"{record.phone_overflow} px too wide", *record.phone_widest]

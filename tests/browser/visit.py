@@ -64,6 +64,14 @@ DOM_FACTS = """() => {
   };
 }"""
 
+# At desktop width, what the content column cuts off: a code block, a table or a display formula wider than
+# its box (each of them would scroll inside itself rather than show everything).
+CLIPPED = """() => [...document.querySelectorAll(
+    ".md-content pre > code, .md-content .md-typeset__table, .md-content div.arithmatex")]
+  .filter((el) => el.scrollWidth > el.clientWidth + 1)
+  .map((el) => `${el.tagName.toLowerCase()} ${el.scrollWidth - el.clientWidth} px: `
+                + el.textContent.trim().slice(0, 50))"""
+
 OVERFLOW = """async () => {
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
   const root = document.documentElement;
@@ -94,6 +102,7 @@ class Visit:
     images: list[dict[str, str]] = dataclasses.field(default_factory=list)
     headings: list[dict[str, object]] = dataclasses.field(default_factory=list)
     violations: list[str] = dataclasses.field(default_factory=list)
+    clipped: list[str] = dataclasses.field(default_factory=list)
     phone_overflow: int = 0
     phone_widest: list[str] = dataclasses.field(default_factory=list)
 
@@ -135,6 +144,7 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
         record.code_blocks, record.without_copy = facts["code_blocks"], facts["without_copy"]
         record.images, record.headings = facts["images"], facts["headings"]
         record.violations = _serious(AXE.run(page))
+        record.clipped = page.evaluate(CLIPPED)
         # The same page as a reader whose system prefers dark colours sees it (the palette follows the
         # system until the reader picks one): colour contrast again.
         page.emulate_media(color_scheme="dark")
