@@ -184,3 +184,15 @@ def test_article_notebook_runs(post: Path) -> None:
     ]
     assert not errors
     assert all(cell.execution_count for cell in notebook.cells if cell.cell_type == "code")
+
+
+def test_first_code_cell_installs_qkv_from_the_site_with_the_posts_extras(root: Path) -> None:
+    post = POST.replace("slug: example\n", "slug: example\nextras: [kernel]\n")
+    notebook = article_notebook(post, root=root, index_url="https://site/simple/")
+    install = notebook.cells[0]
+    assert install.cell_type == "code"
+    assert 'index = "https://site/simple/"' in install.source
+    assert '"qkv[kernel]"' in install.source
+    plain = article_notebook(POST, root=root, index_url="https://site/simple/").cells[0]
+    assert '"qkv"' in plain.source
+    assert "qkv[" not in plain.source

@@ -8,7 +8,9 @@ the cell's metadata (`qkv.skipif`), for whoever runs the notebook unattended. Ev
 expected output, console commands, math and prose. A snippet fence (`--8<-- "src/qkv/x.py:section"`) shows
 package source that the article's code imports from `qkv`; it becomes a Markdown code listing with the source
 filled in, not a code cell, so the notebook never defines the package's functions a second time. Relative
-links and images become absolute URLs of the site, since a downloaded notebook has no site around it.
+links and images become absolute URLs of the site, since a downloaded notebook has no site around it. The
+first code cell installs `qkv` from the site's package index when the reader's environment lacks it, with the
+extras the post's front matter names (`extras: [kernel]`).
 
 The hook writes `<slug>.ipynb` next to each post's page and puts a download button at the top of the page.
 """
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
+import yaml
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
@@ -38,9 +41,18 @@ TITLE = re.compile(r'\btitle="(?P<title>[^"]*)"')
 LINK = re.compile(r"(?P<head>!?\[[^\]]*\]\()(?P<target>[^)\s]+)(?P<tail>[^)]*\))")
 ORIGIN = (
     "*Generated from the article at <{url}>: the same text and the same code, which the site's tests run. "
-    "The code needs PyTorch and the `qkv` package of the site's repository (`pip install -e .` in a clone). "
-    "Run the cells in order.*"
+    "Run the cells in order; the first installs the `qkv` package from the site if it is missing.*"
 )
+INSTALL = """\
+# Install qkv from the site's package index if this environment lacks it.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("qkv") is None:
+    index = "{index_url}"
+    pip = [sys.executable, "-m", "pip", "install", "--extra-index-url", index]
+    subprocess.check_call([*pip, "{requirement}"])"""
 LANGUAGES = {"py": "python"}  # highlighting names that Jupyter knows
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
@@ -51,6 +63,7 @@ def article_notebook(
     root: Path,
     link: Callable[[str], str] = lambda target: target,
     url: str | None = None,
+    index_url: str | None = None,
 ) -> nbformat.NotebookNode:
     """The notebook of one article.
 
@@ -61,6 +74,8 @@ def article_notebook(
             URL the notebook should use.
         url: the article's address on the site, named in a first cell that says where the notebook comes
             from.
+        index_url: the site's package index (`<site>/simple/`); when given, the first code cell installs
+            `qkv` from it, with the front matter's `extras`, if the environment lacks the package.
 
     Returns:
         A valid nbformat 4 notebook with deterministic cell ids.
@@ -68,10 +83,17 @@ def article_notebook(
     Raises:
         ValueError: an unclosed fence, or a snippet whose file or section does not exist.
     """
-    lines = FRONT_MATTER.sub("", markdown, count=1).splitlines()
+    front_matter = FRONT_MATTER.match(markdown)
+    lines = markdown[front_matter.end() if front_matter else 0 :].splitlines()
     cells: list[nbformat.NotebookNode] = []
     if url is not None:
         cells.append(nbformat.v4.new_markdown_cell(ORIGIN.format(url=url)))
+    if index_url is not None:
+        meta = yaml.safe_load(front_matter[0].strip("-\n")) if front_matter else {}
+        extras = ",".join((meta or {}).get("extras", []))
+        requirement = f"qkv[{extras}]" if extras else "qkv"
+        source = INSTALL.format(index_url=index_url, requirement=requirement)
+        cells.append(nbformat.v4.new_code_cell(source))
     prose: list[str] = []
     markers: list[str] = []
 
@@ -200,6 +222,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
             root=Path(config.config_file_path).parent,
             link=link,
             url=config.site_url + page.url,
+            index_url=config.site_url + "simple/",
         )
     except ValueError as error:
         raise PluginError(f"{page.file.src_uri}: {error}") from error

@@ -79,11 +79,14 @@ def posts() -> list[Post]:
 
 
 def _pages(folder: Path) -> tuple[str, ...]:
-    """Every HTML page of the built site (theme assets aside), as the path a browser asks for."""
+    """Every HTML page of the built site, as the path a browser asks for.
+
+    Theme assets and the package index under `simple/` (pages for pip, not for readers) are left out.
+    """
     pages = []
     for html in sorted(folder.rglob("*.html")):
         relative = html.relative_to(folder)
-        if relative.parts[0] == "assets":
+        if relative.parts[0] in ("assets", "simple"):
             continue
         pages.append(
             relative.parent.as_posix() + "/" if html.name == "index.html" else str(relative)

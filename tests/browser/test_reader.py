@@ -1,0 +1,191 @@
+"""A new reader, end to end: install `qkv` from the served site, then run what the pages show.
+
+A fresh virtual environment gets nothing but `torch==2.13.0`, then `qkv` exactly as the Get started page
+says (its install command with the extras, read from the rendered page and pointed at the served site).
+Outside the repository, in that environment:
+
+- each article's Python blocks, as the copy button gives them (the text of the rendered `pre > code`), run
+  in page order in one interpreter, and print what the page's output blocks show;
+- each block runs alone too, and the blocks that fail alone are exactly the ones whose title bar says they
+  continue the block above;
+- every notebook the site offers for download (each article's, and the playground) runs top to bottom.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser
+
+from tests.browser.conftest import Site
+from tests.site import ROOT
+
+READER = Path(__file__).with_name("reader.py")
+CONTINUES = "Continues the block above"  # docs/hooks/code_blocks.py
+OUTPUT = "Output"
+TORCH = "torch==2.13.0"
+EXTRAS = "qkv[kernel,plots]"  # the Get started command that installs every page's needs
+NOTEBOOK_RUNNER = ("ipykernel", "nbclient")  # what a reader who opens a notebook has: Jupyter
+BLOCKS = """() => [...document.querySelectorAll(".md-content div.highlight")].map((box) => ({
+  language: [...box.classList].find((name) => name.startsWith("language-")) || "",
+  title: box.querySelector(":scope > .filename")?.textContent ?? null,
+  code: box.querySelector("pre > code").textContent,
+}))"""
+DOWNLOADS = (
+    """() => [...document.querySelectorAll('a[download][href$=".ipynb"]')].map((a) => a.href)"""
+)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A runnable block of a page, as copied, and what the page says about it."""
+
+    page: str
+    number: int
+    code: str
+    output: str | None
+    continues: bool
+
+    def __str__(self) -> str:
+        return f"/{self.page} block {self.number}"
+
+
+def _reading_order() -> list[str]:
+    """The articles' paths on the site, in the reading order (the hook that builds the navigation)."""
+    path = ROOT / "docs" / "hooks" / "reading_order.py"
+    spec = importlib.util.spec_from_file_location("qkv_hook_reading_order", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    order = module.reading_order((ROOT / "docs" / "index.md").read_text(encoding="utf-8"))
+    return [f"blog/{Path(source).stem}/" for source in order]  # post_url_format: "{slug}"
+
+
+def _environment() -> dict[str, str]:
+    """The reader's environment: this one without what the test suite sets for itself."""
+    dropped = {"TRITON_INTERPRET", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
+    return {name: value for name, value in os.environ.items() if name not in dropped}
+
+
+def _run(command: list[str], cwd: Path, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        command, cwd=cwd, input=stdin, capture_output=True, text=True, env=_environment()
+    )
+    if result.returncode != 0:
+        pytest.fail(
+            f"{shlex.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        )
+    return result.stdout
+
+
+def _install_command(browser: Browser, site: Site) -> list[str]:
+    """The Get started command that installs qkv with every extra, as a reader copies it."""
+    page = browser.new_page()
+    page.goto(site.url + "get-started/")
+    consoles = [b["code"] for b in page.evaluate(BLOCKS) if b["language"] == "language-console"]
+    page.close()
+    commands = [c.replace("\\\n", " ").strip().removeprefix("$ ") for c in consoles]
+    (command,) = [c for c in commands if EXTRAS in c and " install " in c]
+    assert site.url in command, command
+    return shlex.split(command)
+
+
+@pytest.fixture(scope="session")
+def reader(site: Site, browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reader's working folder, outside the repository, with a fresh `venv/` set up from the site."""
+    folder = tmp_path_factory.mktemp("reader")
+    _run([sys.executable, "-m", "venv", "venv"], folder)
+    python = str(folder / "venv" / "bin" / "python")
+    _run([python, "-m", "pip", "install", "-q", TORCH], folder)
+    command = _install_command(browser, site)
+    assert command[:4] == ["python", "-m", "pip", "install"], command
+    _run([python, *command[1:]], folder)
+    _run([python, "-m", "pip", "install", "-q", *NOTEBOOK_RUNNER], folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def articles(site: Site, browser: Browser) -> dict[str, list[Block]]:
+    """Each article's runnable blocks, in reading order, as the rendered page shows them."""
+    found: dict[str, list[Block]] = {}
+    page = browser.new_page()
+    for path in _reading_order():
+        page.goto(site.url + path)
+        shown = page.evaluate(BLOCKS)
+        blocks = []
+        for index, box in enumerate(shown):
+            runnable = box["language"] == "language-python" and box["title"] in (None, CONTINUES)
+            if not runnable:
+                continue
+            after = shown[index + 1] if index + 1 < len(shown) else None
+            output = after["code"] if after and after["title"] == OUTPUT else None
+            blocks.append(
+                Block(path, len(blocks) + 1, box["code"], output, box["title"] == CONTINUES)
+            )
+        found[path] = blocks
+    page.close()
+    assert all(found.values()), {path: len(blocks) for path, blocks in found.items()}
+    return found
+
+
+def _results(reader: Path, mode: str, blocks: list[Block]) -> list[str | None]:
+    python = str(reader / "venv" / "bin" / "python")
+    given = json.dumps([{"code": block.code, "output": block.output} for block in blocks])
+    return json.loads(_run([python, str(READER), mode], reader, stdin=given))
+
+
+def test_every_article_runs_in_order_as_copied(
+    reader: Path, articles: dict[str, list[Block]]
+) -> None:
+    problems = [
+        f"{block}: {error}"
+        for blocks in articles.values()
+        for block, error in zip(blocks, _results(reader, "in-order", blocks), strict=True)
+        if error is not None
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_blocks_that_fail_alone_are_the_ones_marked_as_continuations(
+    reader: Path, articles: dict[str, list[Block]]
+) -> None:
+    blocks = [block for found in articles.values() for block in found]
+    results = _results(reader, "alone", blocks)
+    unmarked = [
+        f"{b}: {error}"
+        for b, error in zip(blocks, results, strict=True)
+        if error and not b.continues
+    ]
+    needless = [
+        f"{b} runs alone"
+        for b, error in zip(blocks, results, strict=True)
+        if not error and b.continues
+    ]
+    assert not unmarked + needless, "\n".join(unmarked + needless)
+    alone = sum(error is None for error in results)
+    print(f"\nblocks that run alone: {alone}; marked as continuations: {len(blocks) - alone}")
+
+
+def test_every_notebook_offered_runs(site: Site, browser: Browser, reader: Path) -> None:
+    page = browser.new_page()
+    links: list[str] = []
+    for path in [*_reading_order(), "notebooks/playground/"]:
+        page.goto(site.url + path)
+        links += page.evaluate(DOWNLOADS)
+    page.close()
+    assert len(links) == len(_reading_order()) + 1, links
+    jupyter = str(reader / "venv" / "bin" / "jupyter-execute")
+    for link in links:
+        notebook = reader / Path(link).name
+        with urllib.request.urlopen(link) as response:
+            notebook.write_bytes(response.read())
+        _run([jupyter, "--timeout=600", notebook.name], reader)
+    print(f"\nnotebooks run: {len(links)}")
