@@ -14,6 +14,7 @@ from types import ModuleType, SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from matplotlib.figure import Figure
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
@@ -238,3 +239,41 @@ def test_notebook_hook_strips_cdn_loaders() -> None:
     assert notebooks.on_page_content(html, page, None, None) == "<p>x</p><p>y</p>"
     with pytest.raises(PluginError, match="another host"):
         notebooks.on_page_content('<script src="https://x.org/a.js"></script>', page, None, None)
+
+
+def test_reading_order_is_the_home_pages_numbered_list() -> None:
+    reading_order = load_hook("reading_order").reading_order
+    home = "# Home\n\n## Reading order\n\n1. [B](blog/posts/b.md): b.\n2. [A](blog/posts/a.md)\n\n## Next\n"
+    assert reading_order(home) == ["blog/posts/b.md", "blog/posts/a.md"]
+    with pytest.raises(ValueError, match="twice"):
+        reading_order(home.replace("a.md", "b.md"))
+    with pytest.raises(ValueError, match="no '## Reading order'"):
+        reading_order("# Home\n")
+
+
+def test_home_page_orders_every_article() -> None:
+    order = load_hook("reading_order").reading_order((DOCS / "index.md").read_text())
+    posts = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "blog/posts").glob("*.md"))
+    assert sorted(order) == posts
+
+
+def test_marked_blocks_get_a_visible_title() -> None:
+    titled = load_hook("code_blocks").titled
+    page = (
+        "<!--pytest-codeblocks:cont-->\n```python\nprint(x)\n```\n\n"
+        "  <!--pytest-codeblocks:expected-output-->\n  ```text\n  1\n  ```\n\n```python\ny = 2\n```\n"
+    )
+    assert titled(page) == page.replace(
+        "```python\nprint", '```python title="Continues the block above"\nprint'
+    ).replace("  ```text\n", '  ```text title="Output"\n')
+
+
+def test_pages_workflow_builds_with_the_readmes_docs_command_and_deploys() -> None:
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "pages.yml").read_text())
+    steps = workflow["jobs"]["build"]["steps"]
+    build = next(step for step in steps if "nox -s docs" in step.get("run", ""))
+    assert "`nox -s docs`" in (ROOT / "README.md").read_text()
+    assert build["env"]["SITE_URL"].startswith("${{ steps.pages.outputs.base_url }}")
+    uses = [step.get("uses", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    assert any(use.startswith("actions/upload-pages-artifact@") for use in uses)
+    assert any(use.startswith("actions/deploy-pages@") for use in uses)

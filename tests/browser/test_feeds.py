@@ -5,10 +5,12 @@ files or fetch them from the local server; no browser needed."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 from email.utils import parsedate_to_datetime
 from html import unescape
+from pathlib import Path
 from urllib.request import urlopen
 from xml.etree import ElementTree
 
@@ -95,5 +97,35 @@ def test_every_article_offers_its_notebook(site: Site) -> None:
             notebook = nbformat.reads(response.read().decode("utf-8"), as_version=4)
         nbformat.validate(notebook)
         assert notebook.cells[0].source.startswith(f"*Generated from the article at <{site.url}")
+        assert f'index = "{site.url}simple/"' in notebook.cells[1].source  # installs from here
         assert any(cell.cell_type == "code" for cell in notebook.cells)
         assert notebook.metadata.kernelspec.name == "python3"
+
+
+def test_feeds_are_english_and_hold_no_none(site: Site) -> None:
+    for name in FEEDS:
+        text = (site.folder / name).read_text(encoding="utf-8")
+        assert ElementTree.fromstring(text).find("channel").findtext("language") == "en"
+        assert ">None<" not in text, name
+    json_feed = (site.folder / "feed_json_created.json").read_text(encoding="utf-8")
+    assert "None" not in json_feed
+
+
+def test_every_page_names_the_configured_site_url_as_canonical(site: Site) -> None:
+    for page in site.pages:
+        if page.endswith("404.html"):
+            continue
+        html = (site.folder / page / "index.html").read_text(encoding="utf-8")
+        canonical = re.search(r'<link rel="canonical" href="([^"]+)"', html)
+        assert canonical is not None, page
+        assert canonical[1] == site.url + page
+
+
+def test_package_index_links_the_wheel_and_sdist_by_hash(site: Site) -> None:
+    with urlopen(site.url + "simple/qkv/") as response:
+        page = response.read().decode("utf-8")
+    links = re.findall(r'href="([^"#]+)#sha256=([0-9a-f]{64})"', page)
+    assert sorted(Path(link).suffix for link, _ in links) == [".gz", ".whl"]
+    for link, digest in links:
+        with urlopen(site.url + "simple/qkv/" + link) as response:
+            assert hashlib.sha256(response.read()).hexdigest() == digest, link

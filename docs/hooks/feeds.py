@@ -1,0 +1,23 @@
+"""MkDocs hook: no `None` in the RSS feeds.
+
+mkdocs-rss-plugin (1.19) writes an `<image>` element whenever the feed has a logo attribute, and that
+attribute always exists: without the plugin's `image` option (RSS wants a GIF, JPEG or PNG; the site's logo is
+an SVG) the feeds carry `<image><url>None</url>...</image>`. This hook removes that element from the feeds
+once they are written.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mkdocs.config.defaults import MkDocsConfig
+
+EMPTY_IMAGE = re.compile(r"<image>\s*<url>None</url>.*?</image>", re.DOTALL)
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    """Drop the empty image element from every RSS feed of the site."""
+    for feed in Path(config.site_dir).glob("feed_rss_*.xml"):
+        text = feed.read_text(encoding="utf-8")
+        feed.write_text(EMPTY_IMAGE.sub("", text), encoding="utf-8")
