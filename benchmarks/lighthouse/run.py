@@ -80,9 +80,9 @@ def lighthouse(url: str) -> dict:
 
 
 def median_of(runs: list[dict]) -> dict:
-    return {
-        key: statistics.median(run[key]) for key in runs[0] if isinstance(runs[0][key], (int, float))
-    }
+    """Each number's median over the runs."""
+    numbers = [key for key, value in runs[0].items() if isinstance(value, (int, float))]
+    return {key: statistics.median(run[key] for run in runs) for key in numbers}
 
 
 def environment() -> dict:
