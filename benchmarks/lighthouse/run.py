@@ -128,15 +128,28 @@ def markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs per page (the median is reported)")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder for report.json and report.md")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="runs per page (the median is reported)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE, help="folder for report.json and report.md"
+    )
     args = parser.parse_args(argv)
     site = Path(tempfile.mkdtemp(prefix="qkv-lighthouse-"))
     handler = functools.partial(_Quiet, directory=str(site))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         url = f"http://127.0.0.1:{server.server_port}/"
         subprocess.run(
-            [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+            [
+                sys.executable,
+                "-m",
+                "mkdocs",
+                "build",
+                "--strict",
+                "--quiet",
+                "--site-dir",
+                str(site),
+            ],
             cwd=ROOT,
             env={**os.environ, "SITE_URL": url, "NO_MKDOCS_2_WARNING": "1"},
             check=True,
