@@ -1,8 +1,9 @@
 """Multi-head attention: project, split into heads, attend in each head, merge, project back.
 
 `head_i = Attention(q W_Q^i, k W_K^i, v W_V^i)` and `MultiHead = Concat(head_1, ..., head_H) W_O`
-(Vaswani et al., 2017). Every tensor is batch-first, `query` `(B, L, E)`, `key` `(B, S, kdim)`, `value`
-`(B, S, vdim)`, or unbatched, `(L, E)`, `(S, kdim)`, `(S, vdim)`, as `torch.nn.MultiheadAttention` takes them.
+(Vaswani et al., 2017). Tensors are batch-first, `query` `(B, L, E)`, `key` `(B, S, kdim)`, `value`
+`(B, S, vdim)`, or unbatched, `(L, E)`, `(S, kdim)`, `(S, vdim)`, as `torch.nn.MultiheadAttention` takes
+them.
 """
 
 from functools import reduce
@@ -33,7 +34,8 @@ class MultiHeadAttention(nn.Module):
       may not attend); `key_padding_mask` keeps torch's True = ignore;
     - `is_causal=True` without a mask builds the causal mask itself (torch's flag is a hint that needs the mask);
     - a query with no key to attend gets zeros before `out_proj` (torch's module gives NaN);
-    - `need_weights=True` returns every head's weights `(B, H, L, S)` (torch averages them by default).
+    - it returns the output alone, or with `need_weights=True` the output and every head's weights
+      `(B, H, L, S)` (torch returns a pair, the weights averaged over the heads by default).
 
     Args:
         embed_dim: E, the model width; the output has this size too.
@@ -93,17 +95,14 @@ class MultiHeadAttention(nn.Module):
         """Attend from `query` over `key` and `value` (self-attention when they are left out).
 
         Args:
-            query: `(B, L, E)`, or `(L, E)` unbatched (then leave `B` out of every shape below).
+            query: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape here).
             key: `(B, S, kdim)`; `query` when None.
             value: `(B, S, vdim)`; `key` when None.
-            key_padding_mask: `(B, S)`, bool (True = IGNORE this key, as in `nn.MultiheadAttention`) or float
-                (added to the scores).
-            attn_mask: bool (True = MAY ATTEND) or float (added to the scores): `(L, S)`, one per head
-                `(B*H, L, S)` as `nn.MultiheadAttention` takes it, or `(B, H, L, S)`; dimensions of size 1
-                broadcast.
-            is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`); alone, it
-                builds the causal mask.
-            need_weights: also return the attention weights of every head (before dropout).
+            key_padding_mask: `(B, S)`, bool (True = IGNORE this key) or float (added to the scores).
+            attn_mask: bool (True = MAY ATTEND) or float (added): `(L, S)`, `(B*H, L, S)` (one per head)
+                or `(B, H, L, S)`; a dimension of size 1 broadcasts.
+            is_causal: query `i` attends keys `j <= i` only (top-left aligned when `L != S`), mask or not.
+            need_weights: also return every head's attention weights (before dropout).
 
         Returns:
             `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`.
