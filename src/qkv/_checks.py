@@ -179,15 +179,3 @@ def check_batch_first(
             f"{q_name} and {k_name} disagree on the batch size: "
             f"{q_name} {shape(query)} vs {k_name} {shape(key)}"
         )
-
-
-def check_key_mask(name: str, mask: object, key: Tensor, meaning: str) -> None:
-    """Raise unless `mask` is a bool `(B, S)` tensor on `key`'s device; `meaning` says what True means."""
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must be a bool tensor ({meaning}), got {getattr(mask, 'dtype', type(mask))}"
-        )
-    if mask.device != key.device:
-        raise ValueError(f"{name} is on {mask.device} but the keys are on {key.device}")
-    if mask.shape != key.shape[:2]:
-        raise ValueError(f"{name} must be (B, S) = {tuple(key.shape[:2])}, got {shape(mask)}")
