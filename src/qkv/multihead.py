@@ -101,7 +101,7 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask: `(B, S)`, bool (True = IGNORE this key) or float (added to the scores).
             attn_mask: bool (True = MAY ATTEND) or float (added): `(L, S)`, `(B*H, L, S)` (one per head)
                 or `(B, H, L, S)`; a dimension of size 1 broadcasts.
-            is_causal: query `i` attends keys `j <= i` only (top-left aligned when `L != S`), mask or not.
+            is_causal: query `i` attends keys `j <= i` only (top-left aligned when `L != S`); needs no mask.
             need_weights: also return every head's attention weights (before dropout).
 
         Returns:
