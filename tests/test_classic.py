@@ -102,6 +102,31 @@ def test_fully_masked_row_gives_zero_weights_and_context(module):
     ],
     ids=["additive", "dot", "general", "concat"],
 )
+def test_float_mask_is_added_to_the_scores(module):
+    module = module.double()
+    query, keys, values = inputs(query_dim=DK)
+    keep = torch.rand(B, S) < 0.7
+    keep[:, 0] = True  # every query keeps key 0
+    additive = qkv.keep_to_additive(keep, torch.float64)  # 0 keeps, -inf hides
+    for a, e in zip(
+        module(query, keys, values, additive), module(query, keys, values, keep), strict=True
+    ):
+        torch.testing.assert_close(a, e)
+    bias = torch.randn(B, S, dtype=torch.float64)  # (B, S)
+    weights = torch.softmax(module.scores(query, keys) + bias[:, None, :], dim=-1)  # (B, L, S)
+    context, got = module(query, keys, values, bias)
+    torch.testing.assert_close(got, weights)
+    torch.testing.assert_close(context, weights @ values)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        qkv.AdditiveAttention(DK, DK, HIDDEN),
+        *(qkv.LuongAttention(DK, s) for s in ("dot", "general", "concat")),
+    ],
+    ids=["additive", "dot", "general", "concat"],
+)
 def test_gradcheck(module):
     module = module.double()
     query, keys, values = (x[:1, :2, :].requires_grad_() for x in inputs(query_dim=DK))
@@ -152,9 +177,14 @@ def test_parameter_counts():
             r"query and keys disagree on dtype",
         ),
         (
-            (torch.randn(B, L, DQ), torch.randn(B, S, DK), torch.randn(B, S, DV), torch.ones(B, S)),
+            (
+                torch.randn(B, L, DQ),
+                torch.randn(B, S, DK),
+                torch.randn(B, S, DV),
+                torch.ones(B, S, dtype=torch.long),
+            ),
             TypeError,
-            r"mask must be a bool tensor",
+            r"mask must be bool \(True = may attend\) or floating point, got torch.int64",
         ),
         (
             (
@@ -164,7 +194,7 @@ def test_parameter_counts():
                 torch.ones(B, L, S, dtype=torch.bool),
             ),
             ValueError,
-            r"mask must be \(B, S\) = \(2, 5\), got \(2, 3, 5\)",
+            r"mask of shape \(2, 3, 5\) does not broadcast to keys' \(B, S\) \(2, 5\)",
         ),
         (
             (
@@ -174,7 +204,7 @@ def test_parameter_counts():
                 torch.ones(B, S, dtype=torch.bool, device="meta"),
             ),
             ValueError,
-            r"mask is on meta but the keys are on cpu",
+            r"mask is on meta but query is on cpu",
         ),
     ],
     ids=[

@@ -20,7 +20,7 @@ def attention_inputs(draw, dtype=torch.float64):
     kv_heads = draw(st.integers(1, 3))
     q_heads = kv_heads * draw(st.integers(1, 3)) if gqa else kv_heads
     q_len, k_len = draw(st.integers(1, 9)), draw(st.integers(1, 9))
-    e, ev = draw(st.integers(1, 8)), draw(st.integers(1, 8))
+    e, ev = draw(st.integers(0, 8)), draw(st.integers(1, 8))  # E = 0: every score is 0
     q = torch.randn(*batch, q_heads, q_len, e, dtype=dtype)
     k = torch.randn(*batch, kv_heads, k_len, e, dtype=dtype)
     v = torch.randn(*batch, kv_heads, k_len, ev, dtype=dtype)
@@ -135,6 +135,8 @@ def test_any_batch_rank(shape):
         (((2, 0, 8), (2, 5, 8), (2, 5, 3)), {}),
         (((2, 4, 8), (2, 0, 8), (2, 0, 3)), {"is_causal": True}),
         (((2, 4, 0), (2, 5, 0), (2, 5, 3)), {"scale": 1.0}),
+        (((2, 4, 0), (2, 5, 0), (2, 5, 3)), {}),
+        (((2, 4, 0), (2, 5, 0), (2, 5, 3)), {"is_causal": True}),
         (((2, 4, 8), (2, 5, 8), (2, 5, 3)), {"scale": np.float32(0.5)}),
     ],
     ids=[
@@ -146,6 +148,8 @@ def test_any_batch_rank(shape):
         "L=0",
         "S=0",
         "E=0",
+        "E=0-default-scale",
+        "E=0-causal",
         "numpy-scale",
     ],
 )
@@ -157,6 +161,15 @@ def test_batch_dimensions_broadcast_like_torch(shapes, kwargs):
         qkv.scaled_dot_product_attention(q, k, v, **kwargs),
         F.scaled_dot_product_attention(q, k, v, **kwargs),
     )
+
+
+def test_no_features_give_uniform_weights_like_torch():
+    # E = 0: every score is an empty sum, 0, so torch 2.13 returns the mean of the values
+    q, k, v = (torch.randn(2, n, e, dtype=torch.float64) for n, e in ((4, 0), (5, 0), (5, 3)))
+    expected = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(expected, v.mean(-2, keepdim=True).expand(2, 4, 3))
+    torch.testing.assert_close(qkv.scaled_dot_product_attention(q, k, v), expected)
+    torch.testing.assert_close(qkv.attention_weights(q, k), torch.full((2, 4, 5), 0.2).double())
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.7])
@@ -319,12 +332,6 @@ BAD_CALLS = {
         {"enable_gqa": True},
         ValueError,
         r"value's heads must divide the query's: .* value \(1, 3, 3, 8\) has 3",
-    ),
-    "no features, no scale": (
-        (torch.randn(2, 4, 0), torch.randn(2, 5, 0), torch.randn(2, 5, 3)),
-        {},
-        ValueError,
-        r"1/sqrt\(E\) needs E > 0, got query \(2, 4, 0\)",
     ),
     "gqa heads do not divide": (
         (torch.randn(1, 4, 3, 8), torch.randn(1, 3, 3, 8), torch.randn(1, 3, 3, 8)),

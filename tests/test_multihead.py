@@ -1,5 +1,7 @@
 """qkv.MultiHeadAttention against torch.nn.MultiheadAttention(batch_first=True)."""
 
+import math
+
 import pytest
 import torch
 from hypothesis import given
@@ -10,13 +12,14 @@ import qkv
 
 @st.composite
 def mha_case(draw):
-    """A torch module, its copy, inputs and masks in both conventions."""
+    """A torch module, inputs, and the same masks as torch takes them and as we take them."""
     heads = draw(st.integers(1, 4))
     embed_dim = heads * draw(st.integers(1, 4))
     cross = draw(st.booleans())
     kdim = draw(st.integers(1, 6)) if cross and draw(st.booleans()) else None
     vdim = draw(st.integers(1, 6)) if kdim else None
-    batch, q_len = draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    batch = draw(st.sampled_from([(), (1,), (3,)]))  # (): unbatched, query (L, E)
+    q_len = draw(st.integers(1, 6))
     k_len = draw(st.integers(1, 6)) if cross else q_len
     theirs = torch.nn.MultiheadAttention(
         embed_dim,
@@ -27,35 +30,41 @@ def mha_case(draw):
         batch_first=True,
         dtype=torch.float64,
     ).eval()
-    query = torch.randn(batch, q_len, embed_dim, dtype=torch.float64)
-    key = torch.randn(batch, k_len, kdim or embed_dim, dtype=torch.float64) if cross else query
-    value = torch.randn(batch, k_len, vdim or embed_dim, dtype=torch.float64) if cross else query
-    ignore = torch.rand(batch, k_len) < draw(st.floats(0, 0.6)) if draw(st.booleans()) else None
-    mask_kind = draw(st.sampled_from(["none", "bool", "float", "causal"]))
-    mask_shape = draw(st.sampled_from([(q_len, k_len), (batch * heads, q_len, k_len)]))
-    masked = {  # torch's attn_mask: bool True = NOT allowed; (L, S) or one per head (B*H, L, S)
+    query = torch.randn(*batch, q_len, embed_dim, dtype=torch.float64)
+    key = torch.randn(*batch, k_len, kdim or embed_dim, dtype=torch.float64) if cross else query
+    value = torch.randn(*batch, k_len, vdim or embed_dim, dtype=torch.float64) if cross else query
+    ignore = torch.rand(*batch, k_len) < draw(st.floats(0, 0.6))  # (B, S), True = ignore
+    key_padding_mask = {
         "none": None,
-        "bool": torch.rand(mask_shape) < 0.3,
-        "float": torch.randn(mask_shape, dtype=torch.float64),
+        "bool": ignore,
+        "float": torch.randn(ignore.shape, dtype=torch.float64).masked_fill(ignore, float("-inf")),
+    }[draw(st.sampled_from(["none", "bool", "float"]))]
+    mask_kind = draw(st.sampled_from(["none", "bool", "float", "causal"]))
+    per_head = draw(st.booleans())
+    shape = (math.prod(batch) * heads, q_len, k_len) if per_head else (q_len, k_len)
+    attn_mask = {  # torch's: bool True = may NOT attend; (L, S) or one per head (B*H, L, S)
+        "none": None,
+        "bool": torch.rand(shape) < 0.3,
+        "float": torch.randn(shape, dtype=torch.float64),
         "causal": ~qkv.causal_mask(q_len, k_len),
     }[mask_kind]
-    ours_kwargs = {"key_padding_mask": ignore}
+    ours = {"key_padding_mask": key_padding_mask}
     if mask_kind == "causal":
-        ours_kwargs["is_causal"] = True
-    elif mask_kind == "bool":
-        ours_kwargs["attn_mask"] = ~masked  # ours: bool True = may attend
-    elif mask_kind == "float":
-        ours_kwargs["attn_mask"] = masked
+        ours["is_causal"] = True  # ours builds the causal mask itself
+    elif attn_mask is not None:
+        ours["attn_mask"] = attn_mask if attn_mask.is_floating_point() else ~attn_mask
+        if per_head and batch and draw(st.booleans()):
+            ours["attn_mask"] = ours["attn_mask"].unflatten(0, (*batch, heads))  # (B, H, L, S)
+    torch_masks = {"key_padding_mask": key_padding_mask, "attn_mask": attn_mask}
+    if any(m is not None and m.is_floating_point() for m in torch_masks.values()):
+        torch_masks = {  # torch wants both masks of one type
+            name: qkv.keep_to_additive(~m, torch.float64)
+            if m is not None and m.dtype == torch.bool
+            else m
+            for name, m in torch_masks.items()
+        }
     args = (query, key, value) if cross else (query,)
-    if mask_kind == "float" and ignore is not None:  # torch wants both masks of one type
-        ignore = qkv.keep_to_additive(~ignore, torch.float64)
-    return (
-        theirs,
-        args,
-        (query, key, value),
-        ours_kwargs,
-        {"key_padding_mask": ignore, "attn_mask": masked},
-    )
+    return theirs, args, (query, key, value), ours, torch_masks
 
 
 @given(mha_case())
@@ -64,14 +73,85 @@ def test_matches_torch_outputs_and_per_head_weights(case):
     ours = qkv.MultiHeadAttention.from_torch(theirs)
     out, weights = ours(*args, **ours_kwargs, need_weights=True)
     expected, expected_weights = theirs(*torch_args, **torch_kwargs, average_attn_weights=False)
-    answered = ~expected.isnan().any(-1)  # torch gives NaN where a query may attend nothing
+    answered = ~expected.isnan().any(-1)  # (B, L): torch gives NaN where a query may attend nothing
     torch.testing.assert_close(out[answered], expected[answered])
-    torch.testing.assert_close(
-        weights.transpose(1, 2)[answered], expected_weights.transpose(1, 2)[answered]
+    torch.testing.assert_close(  # (B, H, L, S) -> (B, L, H, S)
+        weights.transpose(-3, -2)[answered], expected_weights.transpose(-3, -2)[answered]
     )
+    # the fast path agrees with the explicit one
+    torch.testing.assert_close(ours(*args, **ours_kwargs), out)
+
+
+def test_unbatched_input_matches_torch_and_a_batch_of_one():
+    theirs = torch.nn.MultiheadAttention(
+        8, 2, kdim=6, vdim=6, batch_first=True, dtype=torch.float64
+    )
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x, memory = torch.randn(3, 8, dtype=torch.float64), torch.randn(5, 6, dtype=torch.float64)
+    ignore = torch.tensor([False, False, True, False, True])  # (S,), True = ignore
+    hide = torch.rand(2, 3, 5) < 0.5  # (H, L, S), torch's True = may NOT attend
+    hide[..., 0] = False  # every query keeps key 0
+    expected, expected_weights = theirs(
+        x, memory, memory, key_padding_mask=ignore, attn_mask=hide, average_attn_weights=False
+    )
+    out, weights = ours(
+        x, memory, key_padding_mask=ignore, attn_mask=~hide, need_weights=True
+    )  # (L, E), (H, L, S)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    batched = ours(x[None], memory[None], key_padding_mask=ignore[None], attn_mask=~hide)
+    torch.testing.assert_close(out, batched[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float64])
+def test_per_head_mask_matches_torch(dtype):
+    theirs = torch.nn.MultiheadAttention(
+        8, 2, kdim=6, vdim=6, batch_first=True, dtype=torch.float64
+    )
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x, memory = torch.randn(3, 4, 8, dtype=torch.float64), torch.randn(3, 5, 6, dtype=torch.float64)
+    hide = torch.rand(3 * 2, 4, 5) < 0.5  # (B*H, L, S), torch's True = may NOT attend
+    hide[..., 0] = False  # every query keeps key 0
+    mask = ~hide if dtype == torch.bool else qkv.keep_to_additive(~hide, dtype)
+    expected, _ = theirs(x, memory, memory, attn_mask=hide if dtype == torch.bool else mask)
+    torch.testing.assert_close(ours(x, memory, attn_mask=mask), expected)
+    per_head = mask.unflatten(0, (3, 2))  # (B*H, L, S) -> (B, H, L, S)
+    torch.testing.assert_close(ours(x, memory, attn_mask=per_head), expected)
+
+
+def test_float_key_padding_mask_is_added_like_torch():
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x = torch.randn(2, 4, 8, dtype=torch.float64)
+    ignore = torch.tensor([[False] * 4, [False, False, True, True]])
+    bias = torch.randn(2, 4, dtype=torch.float64).masked_fill(ignore, float("-inf"))  # (B, S)
     torch.testing.assert_close(
-        ours(*args, **ours_kwargs), out
-    )  # the fast path agrees with the explicit one
+        ours(x, key_padding_mask=bias), theirs(x, x, x, key_padding_mask=bias)[0]
+    )
+    additive = qkv.keep_to_additive(~ignore, torch.float64)  # 0 keeps, -inf ignores
+    torch.testing.assert_close(ours(x, key_padding_mask=additive), ours(x, key_padding_mask=ignore))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_one_dimensional_attn_mask_is_refused_like_torch(need_weights):
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x = torch.randn(2, 3, 8)
+    hide = torch.tensor([False, False, True])  # (S,)
+    with pytest.raises(AssertionError, match="found 1-D"):
+        theirs(x, x, x, attn_mask=hide, need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"attn_mask must be .* got \(3,\)"):
+        ours(x, attn_mask=~hide, need_weights=need_weights)
+
+
+def test_is_causal_alone_builds_the_mask_that_torch_needs():
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+        theirs(x, x, x, is_causal=True)
+    expected, _ = theirs(x, x, x, attn_mask=~qkv.causal_mask(5), is_causal=True)
+    torch.testing.assert_close(ours(x, is_causal=True), expected)
 
 
 def test_fully_masked_query_gives_zeros_where_torch_gives_nan():
@@ -195,123 +275,104 @@ def test_bad_construction_is_rejected(make, error, message):
 
 
 MHA = qkv.MultiHeadAttention(8, 2, kdim=6)
-X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 6)
+X, MEMORY, VALUE = torch.randn(2, 3, 8), torch.randn(2, 5, 6), torch.randn(2, 5, 8)
+BAD_CALLS = {
+    "1-d query": (
+        {"query": torch.randn(8), "key": MEMORY},
+        ValueError,
+        r"query must be \(B, N, 8\) \(batch first\) or \(N, 8\) \(unbatched\), got shape \(8,\)",
+    ),
+    "unbatched query, batched key": (
+        {"query": torch.randn(3, 8), "key": MEMORY},
+        ValueError,
+        r"key must be \(N, 6\) as the unbatched query \(3, 8\), got shape \(2, 5, 6\)",
+    ),
+    "key features": (
+        {"query": X, "key": torch.randn(2, 5, 8)},
+        ValueError,
+        r"key must be \(B, N, 6\) \(batch first\), got shape \(2, 5, 8\)",
+    ),
+    "value length": (
+        {"query": X, "key": MEMORY, "value": torch.randn(2, 4, 8)},
+        ValueError,
+        r"key and value disagree on \(B, S\): key \(2, 5, 6\) vs value \(2, 4, 8\)",
+    ),
+    "unbatched value length": (
+        {"query": torch.randn(3, 8), "key": MEMORY[0], "value": torch.randn(4, 8)},
+        ValueError,
+        r"key and value disagree on S: key \(5, 6\) vs value \(4, 8\)",
+    ),
+    "batch": (
+        {"query": torch.randn(1, 3, 8), "key": MEMORY, "value": VALUE},
+        ValueError,
+        r"batch size: query \(1, 3, 8\) vs key \(2, 5, 6\)",
+    ),
+    "dtype": (
+        {"query": X, "key": MEMORY.double(), "value": VALUE},
+        TypeError,
+        r"query and key disagree on dtype",
+    ),
+    "padding dtype": (
+        {"query": X, "key": MEMORY, "key_padding_mask": torch.zeros(2, 5, dtype=torch.long)},
+        TypeError,
+        r"key_padding_mask must be bool \(True = ignore\) or floating point, got torch.int64",
+    ),
+    "float padding dtype": (
+        {"query": X, "key": MEMORY, "key_padding_mask": torch.zeros(2, 5, dtype=torch.float64)},
+        TypeError,
+        r"key_padding_mask of dtype torch.float64 must be bool, float32 or query's dtype",
+    ),
+    "padding shape": (
+        {"query": X, "key": MEMORY, "key_padding_mask": torch.zeros(2, 3, dtype=torch.bool)},
+        ValueError,
+        r"key_padding_mask of shape \(2, 3\) does not broadcast to key's \(B, S\) \(2, 5\)",
+    ),
+    "padding device": (
+        {"query": X, "key": MEMORY, "key_padding_mask": torch.zeros(2, 5, device="meta")},
+        ValueError,
+        r"key_padding_mask is on meta but query is on cpu",
+    ),
+    "mask shape": (
+        {"query": X, "key": MEMORY, "attn_mask": torch.ones(5, 3, dtype=torch.bool)},
+        ValueError,
+        r"attn_mask of shape \(5, 3\) does not broadcast to the scores' shape \(2, 2, 3, 5\)",
+    ),
+    "per-head mask shape": (
+        {"query": X, "key": MEMORY, "attn_mask": torch.ones(4, 3, 4, dtype=torch.bool)},
+        ValueError,
+        r"attn_mask \(4, 3, 4\), one per head, of shape \(2, 2, 3, 4\) does not broadcast",
+    ),
+    "1-d mask": (
+        {"query": X, "key": MEMORY, "attn_mask": torch.ones(5, dtype=torch.bool)},
+        ValueError,
+        r"attn_mask must be \(L, S\), \(B\*H, L, S\) or \(B, H, L, S\) for the scores' shape "
+        r"\(2, 2, 3, 5\), got \(5,\)",
+    ),
+    "3-d mask not one per head": (
+        {"query": X, "key": MEMORY, "attn_mask": torch.ones(2, 3, 5, dtype=torch.bool)},
+        ValueError,
+        r"attn_mask must be .* got \(2, 3, 5\)",
+    ),
+    "unbatched 4-d mask": (
+        {"query": X[0], "key": MEMORY[0], "attn_mask": torch.ones(1, 2, 3, 5, dtype=torch.bool)},
+        ValueError,
+        r"attn_mask must be \(L, S\) or \(H, L, S\) for the scores' shape \(2, 3, 5\)",
+    ),
+    "mask dtype": (
+        {"query": X, "key": MEMORY, "attn_mask": torch.ones(3, 5, dtype=torch.int)},
+        TypeError,
+        r"attn_mask must be bool \(True = may attend\) or floating point",
+    ),
+    "float mask dtype": (
+        {"query": X, "key": MEMORY, "attn_mask": torch.zeros(3, 5, dtype=torch.float64)},
+        TypeError,
+        r"attn_mask of dtype torch.float64 must be bool, float32 or query's dtype",
+    ),
+}
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "error", "message"),
-    [
-        (
-            {"query": torch.randn(3, 8), "key": MEMORY},
-            ValueError,
-            r"query must be \(B, N, 8\) \(batch first\), got shape \(3, 8\)",
-        ),
-        (
-            {"query": X, "key": torch.randn(2, 5, 8)},
-            ValueError,
-            r"key must be \(B, N, 6\) \(batch first\), got shape \(2, 5, 8\)",
-        ),
-        (
-            {"query": X, "key": MEMORY, "value": torch.randn(2, 4, 8)},
-            ValueError,
-            r"key and value disagree on \(B, S\): key \(2, 5, 6\) vs value \(2, 4, 8\)",
-        ),
-        (
-            {"query": torch.randn(1, 3, 8), "key": MEMORY, "value": torch.randn(2, 5, 8)},
-            ValueError,
-            r"batch size: query \(1, 3, 8\) vs key \(2, 5, 6\)",
-        ),
-        (
-            {"query": X, "key": MEMORY.double(), "value": torch.randn(2, 5, 8)},
-            TypeError,
-            r"query and key disagree on dtype",
-        ),
-        (
-            {
-                "query": X,
-                "key": MEMORY,
-                "value": torch.randn(2, 5, 8),
-                "key_padding_mask": torch.zeros(2, 5),
-            },
-            TypeError,
-            r"key_padding_mask must be a bool tensor \(True = ignore\)",
-        ),
-        (
-            {
-                "query": X,
-                "key": MEMORY,
-                "value": torch.randn(2, 5, 8),
-                "key_padding_mask": torch.zeros(2, 3, dtype=torch.bool),
-            },
-            ValueError,
-            r"key_padding_mask must be \(B, S\) = \(2, 5\), got \(2, 3\)",
-        ),
-        (
-            {
-                "query": X,
-                "key": MEMORY,
-                "value": torch.randn(2, 5, 8),
-                "attn_mask": torch.ones(5, 3, dtype=torch.bool),
-            },
-            ValueError,
-            r"attn_mask of shape \(5, 3\) does not broadcast to the scores' shape \(2, 2, 3, 5\)",
-        ),
-        (
-            {
-                "query": X,
-                "key": MEMORY,
-                "value": torch.randn(2, 5, 8),
-                "attn_mask": torch.ones(4, 3, 4, dtype=torch.bool),
-            },
-            ValueError,
-            r"attn_mask \(4, 3, 4\), one per head, of shape \(2, 2, 3, 4\) does not broadcast",
-        ),
-        (
-            {
-                "query": X,
-                "key": MEMORY,
-                "value": torch.randn(2, 5, 8),
-                "attn_mask": torch.ones(3, 5, dtype=torch.int),
-            },
-            TypeError,
-            r"attn_mask must be bool",
-        ),
-        (
-            {
-                "query": X,
-                "key": MEMORY,
-                "value": torch.randn(2, 5, 8),
-                "attn_mask": torch.zeros(3, 5, dtype=torch.float64),
-            },
-            TypeError,
-            r"attn_mask of dtype torch.float64 must be bool, float32 or query's dtype",
-        ),
-        (
-            {
-                "query": X,
-                "key": MEMORY,
-                "value": torch.randn(2, 5, 8),
-                "key_padding_mask": torch.zeros(2, 5, dtype=torch.bool, device="meta"),
-            },
-            ValueError,
-            r"key_padding_mask is on meta but the keys are on cpu",
-        ),
-    ],
-    ids=[
-        "query-rank",
-        "key-features",
-        "value-length",
-        "batch",
-        "dtype",
-        "padding-dtype",
-        "padding-shape",
-        "mask-shape",
-        "per-head-mask-shape",
-        "mask-dtype",
-        "float-mask-dtype",
-        "padding-device",
-    ],
-)
+@pytest.mark.parametrize(("kwargs", "error", "message"), BAD_CALLS.values(), ids=BAD_CALLS.keys())
 def test_bad_input_is_rejected_with_a_clear_message(kwargs, error, message):
+    kwargs = {"value": VALUE[0] if kwargs["key"].dim() == 2 else VALUE, **kwargs}
     with pytest.raises(error, match=message):
         MHA(**kwargs)

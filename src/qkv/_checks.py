@@ -47,30 +47,34 @@ def check_same_dtype_and_device(**tensors: Tensor) -> None:
             )
 
 
-def check_mask(name: str, mask: object, target: tuple[int, ...], query: Tensor) -> None:
-    """Raise unless `mask` is bool, float32 or `query`'s dtype, on its device, and broadcasts to `target`.
+def check_mask(name: str, mask: object, query: Tensor, meaning: str = "True = may attend") -> None:
+    """Raise unless `mask` is bool, float32 or `query`'s dtype, on its device; `meaning` says what True means.
 
     The dtypes are the ones `torch.nn.functional.scaled_dot_product_attention` takes.
     """
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(
-            f"{name} must be bool (True = may attend) or floating point, got {mask.dtype}"
-        )
+        raise TypeError(f"{name} must be bool ({meaning}) or floating point, got {mask.dtype}")
     if mask.is_floating_point() and mask.dtype not in (torch.float32, query.dtype):
         raise TypeError(
             f"{name} of dtype {mask.dtype} must be bool, float32 or query's dtype {query.dtype}"
         )
     if mask.device != query.device:
         raise ValueError(f"{name} is on {mask.device} but query is on {query.device}")
+
+
+def check_broadcast(
+    name: str, mask: Tensor, target: tuple[int, ...], of: str = "the scores' shape"
+) -> None:
+    """Raise unless `mask` broadcasts to `target`, which the message calls `of`."""
     try:
         broadcast = torch.broadcast_shapes(mask.shape, target)
     except RuntimeError:
         broadcast = None
     if broadcast != torch.Size(target):
         raise ValueError(
-            f"{name} of shape {shape(mask)} does not broadcast to the scores' shape {target}"
+            f"{name} of shape {shape(mask)} does not broadcast to {of} {tuple(target)}"
         )
 
 
@@ -122,9 +126,8 @@ def check_attention_inputs(
         if is_causal:
             raise ValueError("pass either attn_mask or is_causal=True, not both")
         batch = torch.broadcast_shapes(batches["query"], batches["key"])
-        check_mask("attn_mask", attn_mask, (*batch, query.size(-2), key.size(-2)), query)
-    if scale is None and query.size(-1) == 0:
-        raise ValueError(f"the default scale 1/sqrt(E) needs E > 0, got query {shape(query)}")
+        check_mask("attn_mask", attn_mask, query)
+        check_broadcast("attn_mask", attn_mask, (*batch, query.size(-2), key.size(-2)))
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
         raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
     check_probability("dropout_p", dropout_p)
@@ -142,6 +145,7 @@ def check_batch_first(
     names: tuple[str, str, str],
     tensors: tuple[Tensor, Tensor, Tensor],
     features: tuple[int | None, ...],
+    unbatched: bool = False,
 ) -> None:
     """Raise unless query `(B, L, ·)`, key `(B, S, ·)` and value `(B, S, ·)` fit together.
 
@@ -149,32 +153,29 @@ def check_batch_first(
         names: what the caller calls its query, key and value arguments.
         tensors: the three tensors, in that order.
         features: the size each one's last dimension must have (None: any).
+        unbatched: also take `(L, ·)`, `(S, ·)` and `(S, ·)`, as `nn.MultiheadAttention` does.
     """
-    for name, x, size in zip(names, tensors, features, strict=True):
+    for name, x in zip(names, tensors, strict=True):
         check_tensor(name, x)
-        if x.dim() != 3 or (size is not None and x.size(-1) != size):
-            wanted = "features" if size is None else size
-            raise ValueError(f"{name} must be (B, N, {wanted}) (batch first), got shape {shape(x)}")
-    (q_name, k_name, v_name), (query, key, value) = names, tensors
     check_same_dtype_and_device(**dict(zip(names, tensors, strict=True)))
-    if key.shape[:2] != value.shape[:2]:
+    (q_name, k_name, v_name), (query, key, value) = names, tensors
+    rank = 2 if unbatched and query.dim() == 2 else 3
+    for name, x, size in zip(names, tensors, features, strict=True):
+        if x.dim() != rank or (size is not None and x.size(-1) != size):
+            wanted = "features" if size is None else size
+            layout = f"(B, N, {wanted}) (batch first)"
+            if rank == 2:
+                layout = f"(N, {wanted}) as the unbatched {q_name} {shape(query)}"
+            elif unbatched and x is query:
+                layout += f" or (N, {wanted}) (unbatched)"
+            raise ValueError(f"{name} must be {layout}, got shape {shape(x)}")
+    if key.shape[:-1] != value.shape[:-1]:
         raise ValueError(
-            f"{k_name} and {v_name} disagree on (B, S): {k_name} {shape(key)} vs {v_name} {shape(value)}"
+            f"{k_name} and {v_name} disagree on {'(B, S)' if rank == 3 else 'S'}: "
+            f"{k_name} {shape(key)} vs {v_name} {shape(value)}"
         )
-    if query.size(0) != key.size(0):
+    if query.shape[:-2] != key.shape[:-2]:
         raise ValueError(
             f"{q_name} and {k_name} disagree on the batch size: "
             f"{q_name} {shape(query)} vs {k_name} {shape(key)}"
         )
-
-
-def check_key_mask(name: str, mask: object, key: Tensor, meaning: str) -> None:
-    """Raise unless `mask` is a bool `(B, S)` tensor on `key`'s device; `meaning` says what True means."""
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must be a bool tensor ({meaning}), got {getattr(mask, 'dtype', type(mask))}"
-        )
-    if mask.device != key.device:
-        raise ValueError(f"{name} is on {mask.device} but the keys are on {key.device}")
-    if mask.shape != key.shape[:2]:
-        raise ValueError(f"{name} must be (B, S) = {tuple(key.shape[:2])}, got {shape(mask)}")

@@ -2,7 +2,8 @@
 
 Both modules score every (query, key) pair, turn the scores into weights with a softmax over the keys, and
 return the weighted sum of the values. `query` is `(B, L, Dq)`, `keys` `(B, S, Dk)`, `values` `(B, S, Dv)`;
-the optional `mask` is bool `(B, S)` with True = may attend. A query with no allowed key gets zero weights.
+the optional `mask` is `(B, S)`, bool (True = may attend) or float (added to the scores). A query with no
+allowed key gets zero weights.
 """
 
 from typing import Literal
@@ -10,7 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_batch_first, check_key_mask, check_sizes
+from qkv._checks import check_batch_first, check_broadcast, check_mask, check_sizes
 from qkv.functional import safe_softmax
 
 
@@ -32,7 +33,7 @@ class _PairScoring(nn.Module):
             query: `(B, L, Dq)`.
             keys: `(B, S, Dk)`.
             values: `(B, S, Dv)`.
-            mask: bool `(B, S)`, True = may attend.
+            mask: `(B, S)`, bool (True = may attend) or float (added to the scores).
 
         Returns:
             `(context (B, L, Dv), weights (B, L, S))`; a query with no allowed key gets zeros in both.
@@ -43,12 +44,14 @@ class _PairScoring(nn.Module):
         features = (self.query_dim, self.key_dim, None)
         check_batch_first(("query", "keys", "values"), (query, keys, values), features)
         if mask is not None:
-            check_key_mask("mask", mask, keys, "True = may attend")
+            check_mask("mask", mask, query)
+            check_broadcast("mask", mask, keys.shape[:-1], "keys' (B, S)")
+            mask = mask[..., None, :]  # (B, S) -> (B, 1, S)
         scores = self.scores(query, keys)  # (B, L, S)
-        if mask is not None:
-            scores = scores.masked_fill(
-                ~mask[:, None, :], float("-inf")
-            )  # mask (B, S) -> (B, 1, S)
+        if mask is not None and mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        elif mask is not None:
+            scores = scores + mask.to(scores.dtype)
         weights = safe_softmax(scores)
         return weights @ values, weights  # (B, L, S) @ (B, S, Dv) -> (B, L, Dv)
 

@@ -115,6 +115,20 @@ def attention(
         TypeError, ValueError: as `qkv.scaled_dot_product_attention`, or a backend that cannot take the inputs.
     """
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, False, dropout_p)
+    return _attention(query, key, value, attn_mask, is_causal, scale, dropout_p, backend)
+
+
+def _attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    backend: Backend = "auto",
+) -> Tensor:
+    """`attention` without the input checks, for callers that made them."""
     chosen = _select(query, key, value, attn_mask, dropout_p, backend)
     logger.debug("attention: %s backend for query %s %s", chosen, tuple(query.shape), query.dtype)
     if chosen == "triton":

@@ -38,25 +38,25 @@ def attention_weights(
 
     Raises:
         TypeError: a non-tensor, non-float input, or a mask that is neither bool nor float.
-        ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`,
-            or `E = 0` without a `scale`.
+        ValueError: shapes that disagree, a mask that does not broadcast, or a mask together with `is_causal`.
     """
     check_attention_inputs(query, key, None, attn_mask, is_causal, scale, enable_gqa)
-    dtype = _compute_dtype(query)
-    return _weights(query.to(dtype), key.to(dtype), attn_mask, is_causal, scale, enable_gqa).to(
-        query.dtype
-    )
+    return _attention_weights(query, key, attn_mask, is_causal, scale, enable_gqa)
 
 
-def _weights(
+def _attention_weights(
     query: Tensor,
     key: Tensor,
-    attn_mask: Tensor | None,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """`attention_weights` without the checks, for callers that made them."""
+    output_dtype, dtype = query.dtype, _compute_dtype(query)
+    query, key = query.to(dtype), key.to(dtype)
+    if scale is None and query.size(-1) == 0:
+        scale = 1.0  # E = 0: every score is an empty sum, 0 whatever the scale (torch's result)
     # --8<-- [start:weights]
     if enable_gqa:
         key = _repeat_heads(key, query.size(-3) // key.size(-3))
@@ -70,11 +70,11 @@ def _weights(
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     elif attn_mask is not None:
         scores = scores + attn_mask.to(scores.dtype)
-    return safe_softmax(scores)
+    weights = safe_softmax(scores)
     # --8<-- [end:weights]
+    return weights.to(output_dtype)
 
 
-# --8<-- [start:safe-softmax]
 def safe_softmax(scores: Tensor) -> Tensor:
     """Softmax over the last dimension that returns zeros for a row with no finite score.
 
@@ -90,7 +90,6 @@ def safe_softmax(scores: Tensor) -> Tensor:
     empty = (scores == float("-inf")).all(dim=-1, keepdim=True)  # (..., 1)
     weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1)
     return weights.masked_fill(empty, 0.0)
-    # --8<-- [end:safe-softmax]
 
 
 def scaled_dot_product_attention(
@@ -124,19 +123,17 @@ def scaled_dot_product_attention(
     Raises:
         TypeError: a non-tensor or non-float input, tensors of different dtypes, or a mask of the wrong dtype.
         ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`,
-            `E = 0` without a `scale`, or a `dropout_p` outside [0, 1].
+            or a `dropout_p` outside [0, 1].
     """
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
     output_dtype, dtype = query.dtype, _compute_dtype(query)
     query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
-    weights = _weights(query, key, attn_mask, is_causal, scale, enable_gqa)
-    # --8<-- [start:sdpa]
+    weights = _attention_weights(query, key, attn_mask, is_causal, scale, enable_gqa)
     if enable_gqa:
         value = _repeat_heads(value, query.size(-3) // value.size(-3))
     if dropout_p > 0.0:
         weights = torch.nn.functional.dropout(weights, p=dropout_p)
     output = weights @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
-    # --8<-- [end:sdpa]
     return output.to(output_dtype)
 
 

@@ -1,8 +1,9 @@
 """Multi-head attention: project, split into heads, attend in each head, merge, project back.
 
 `head_i = Attention(q W_Q^i, k W_K^i, v W_V^i)` and `MultiHead = Concat(head_1, ..., head_H) W_O`
-(Vaswani et al., 2017). Every tensor is batch-first: `query` `(B, L, E)`, `key` `(B, S, kdim)`,
-`value` `(B, S, vdim)`.
+(Vaswani et al., 2017). Tensors are batch-first, `query` `(B, L, E)`, `key` `(B, S, kdim)`, `value`
+`(B, S, vdim)`, or unbatched, `(L, E)`, `(S, kdim)`, `(S, vdim)`, as `torch.nn.MultiheadAttention` takes
+them.
 """
 
 from functools import reduce
@@ -12,19 +13,29 @@ from torch import Tensor, nn
 
 from qkv._checks import (
     check_batch_first,
-    check_key_mask,
+    check_broadcast,
     check_mask,
     check_probability,
     check_sizes,
     shape,
 )
-from qkv.dispatch import attention
-from qkv.functional import attention_weights
-from qkv.masks import causal_mask, keep_to_additive, key_padding_to_keep
+from qkv.dispatch import _attention
+from qkv.functional import _attention_weights
+from qkv.masks import causal_mask, keep_to_additive
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with PyTorch's conventions, written to be read.
+
+    It computes what `torch.nn.MultiheadAttention(batch_first=True)` computes (`from_torch` copies one), with
+    these differences:
+
+    - a bool `attn_mask` means True = MAY ATTEND, as in `scaled_dot_product_attention` (torch's module: True =
+      may not attend); `key_padding_mask` keeps torch's True = ignore;
+    - `is_causal=True` without a mask builds the causal mask itself (torch's flag is a hint that needs the mask);
+    - a query with no key to attend gets zeros before `out_proj` (torch's module gives NaN);
+    - it returns the output alone, or with `need_weights=True` the output and every head's weights
+      `(B, H, L, S)` (torch returns a pair, the weights averaged over the heads by default).
 
     Args:
         embed_dim: E, the model width; the output has this size too.
@@ -84,39 +95,34 @@ class MultiHeadAttention(nn.Module):
         """Attend from `query` over `key` and `value` (self-attention when they are left out).
 
         Args:
-            query: `(B, L, E)`.
+            query: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape here).
             key: `(B, S, kdim)`; `query` when None.
             value: `(B, S, vdim)`; `key` when None.
-            key_padding_mask: bool `(B, S)`, True = IGNORE this key (the convention of
-                `nn.MultiheadAttention`).
-            attn_mask: bool (True = MAY ATTEND, the convention of `scaled_dot_product_attention`, the opposite
-                of `nn.MultiheadAttention`'s bool `attn_mask`) or float (added to the scores), broadcastable
-                to `(B, H, L, S)`, or `(B*H, L, S)` as `nn.MultiheadAttention` takes a mask per head.
-            is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
-            need_weights: also return the attention weights of every head (before dropout).
+            key_padding_mask: `(B, S)`, bool (True = IGNORE this key) or float (added to the scores).
+            attn_mask: bool (True = MAY ATTEND) or float (added): `(L, S)`, `(B*H, L, S)` (one per head)
+                or `(B, H, L, S)`; a dimension of size 1 broadcasts.
+            is_causal: query `i` attends keys `j <= i` only (top-left aligned when `L != S`); needs no mask.
+            need_weights: also return every head's attention weights (before dropout).
 
         Returns:
-            `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`. A query row with no
-            allowed key gives zeros before `out_proj` (`nn.MultiheadAttention` gives NaN).
+            `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`.
 
         Raises:
             TypeError, ValueError: inputs or masks of the wrong type or shape.
         """
         key = query if key is None else key
         value = key if value is None else value
-        self._check(query, key, value, key_padding_mask, attn_mask)
-        mask = self._merge_masks(query, key, key_padding_mask, attn_mask, is_causal)
-        only_causal = is_causal and mask is None  # no mask to fold it into: pass the flag on
+        mask, is_causal = self._mask(query, key, value, key_padding_mask, attn_mask, is_causal)
         dropout_p = self.dropout if self.training else 0.0
 
         q = self._split_heads(self.q_proj(query))  # (B, L, E) -> (B, H, L, E/H)
         k = self._split_heads(self.k_proj(key))  # (B, S, kdim) -> (B, H, S, E/H)
         v = self._split_heads(self.v_proj(value))  # (B, S, vdim) -> (B, H, S, E/H)
         if need_weights:
-            weights = attention_weights(q, k, attn_mask=mask, is_causal=only_causal)  # (B, H, L, S)
+            weights = _attention_weights(q, k, mask, is_causal)  # (B, H, L, S)
             heads = nn.functional.dropout(weights, dropout_p) @ v  # (B, H, L, E/H)
         else:
-            heads = attention(q, k, v, attn_mask=mask, is_causal=only_causal, dropout_p=dropout_p)
+            heads = _attention(q, k, v, mask, is_causal, dropout_p=dropout_p)  # (B, H, L, E/H)
         output = self.out_proj(self._merge_heads(heads))  # (B, H, L, E/H) -> (B, L, E)
         return (output, weights) if need_weights else output
 
@@ -125,77 +131,65 @@ class MultiHeadAttention(nn.Module):
     # --8<-- [start:heads]
     def _split_heads(self, x: Tensor) -> Tensor:
         """`(B, N, E) -> (B, H, N, E/H)`: each head gets its own slice of the features."""
-        batch, length, _ = x.shape
-        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+        x = x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, N, E) -> (B, N, H, E/H)
+        return x.transpose(-3, -2)  # (B, N, H, E/H) -> (B, H, N, E/H)
 
     def _merge_heads(self, x: Tensor) -> Tensor:
         """`(B, H, N, E/H) -> (B, N, E)`: the heads' outputs side by side."""
-        batch, _, length, _ = x.shape
-        return x.transpose(1, 2).reshape(batch, length, self.embed_dim)
+        return x.transpose(-3, -2).flatten(-2)  # (B, H, N, E/H) -> (B, N, H, E/H) -> (B, N, E)
 
     # --8<-- [end:heads]
 
-    def _merge_masks(
-        self,
-        query: Tensor,
-        key: Tensor,
-        key_padding_mask: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-    ) -> Tensor | None:
-        """One mask of the package's convention (bool keep, or float added) for all the constraints given.
-
-        With nothing but `is_causal`, returns None: the causal flag then goes to the backend as it is.
-        """
-        masks = [
-            key_padding_to_keep(key_padding_mask) if key_padding_mask is not None else None,
-            self._per_head(attn_mask, query.size(0)),
-        ]
-        masks = [m for m in masks if m is not None]
-        if not masks:
-            return None
-        if is_causal:
-            masks.append(causal_mask(query.size(1), key.size(1), device=query.device))
-        if all(m.dtype == torch.bool for m in masks):
-            return reduce(torch.logical_and, masks)
-        return reduce(
-            torch.add,
-            [keep_to_additive(m, query.dtype) if m.dtype == torch.bool else m for m in masks],
-        )
-
-    def _check(
+    def _mask(
         self,
         query: Tensor,
         key: Tensor,
         value: Tensor,
         key_padding_mask: Tensor | None,
         attn_mask: Tensor | None,
-    ) -> None:
-        check_batch_first(
-            ("query", "key", "value"),
-            (query, key, value),
-            (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features),
-        )
-        if key_padding_mask is not None:
-            check_key_mask("key_padding_mask", key_padding_mask, key, "True = ignore")
-        if attn_mask is not None:
-            target = (query.size(0), self.num_heads, query.size(1), key.size(1))
-            per_head = self._per_head(attn_mask, query.size(0))
-            name = (
-                "attn_mask"
-                if per_head is attn_mask
-                else f"attn_mask {shape(attn_mask)}, one per head,"
-            )
-            check_mask(name, per_head, target, query)
+        is_causal: bool,
+    ) -> tuple[Tensor | None, bool]:
+        """Check the inputs; fold the masks given into one, bool (True = may attend) or float (added).
 
-    def _per_head(self, attn_mask: Tensor | None, batch: int) -> Tensor | None:
-        """`nn.MultiheadAttention`'s per-head mask `(B*H, L, S)` as `(B, H, L, S)`; any other as it is."""
-        if (
-            isinstance(attn_mask, Tensor)
-            and attn_mask.dim() == 3
-            and attn_mask.size(0) == batch * self.num_heads
-        ):
-            return attn_mask.unflatten(0, (batch, self.num_heads))  # (B*H, L, S) -> (B, H, L, S)
+        Returns:
+            The mask, broadcastable to the scores `(B, H, L, S)` (None when nothing is masked), and whether
+            `is_causal` is left for the backend (when there is no mask to fold it into).
+        """
+        features = (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features)
+        check_batch_first(("query", "key", "value"), (query, key, value), features, unbatched=True)
+        masks = []
+        if key_padding_mask is not None:
+            check_mask("key_padding_mask", key_padding_mask, query, "True = ignore")
+            check_broadcast("key_padding_mask", key_padding_mask, key.shape[:-1], "key's (B, S)")
+            padding = key_padding_mask[..., None, None, :]  # (B, S) -> (B, 1, 1, S)
+            masks.append(~padding if padding.dtype == torch.bool else padding)
+        if attn_mask is not None:
+            masks.append(self._per_head(attn_mask, query, key))
+        if not masks:
+            return None, is_causal
+        if is_causal:
+            masks.append(causal_mask(query.size(-2), key.size(-2), device=query.device))
+        if all(m.dtype == torch.bool for m in masks):
+            return reduce(torch.logical_and, masks), False
+        additive = [keep_to_additive(m, query.dtype) if m.dtype == torch.bool else m for m in masks]
+        return reduce(torch.add, additive), False
+
+    def _per_head(self, attn_mask: Tensor, query: Tensor, key: Tensor) -> Tensor:
+        """Check `attn_mask` and shape it for the scores: a per-head `(B*H, L, S)` becomes `(B, H, L, S)`."""
+        check_mask("attn_mask", attn_mask, query)
+        scores = (*query.shape[:-2], self.num_heads, query.size(-2), key.size(-2))  # (B, H, L, S)
+        name = "attn_mask"
+        if attn_mask.dim() == 3 and len(scores) == 4 and attn_mask.size(0) == scores[0] * scores[1]:
+            name = f"attn_mask {shape(attn_mask)}, one per head,"
+            attn_mask = attn_mask.unflatten(0, scores[:2])  # (B*H, L, S) -> (B, H, L, S)
+        if attn_mask.dim() not in (2, len(scores)):
+            forms = (
+                "(L, S), (B*H, L, S) or (B, H, L, S)" if len(scores) == 4 else "(L, S) or (H, L, S)"
+            )
+            raise ValueError(
+                f"attn_mask must be {forms} for the scores' shape {scores}, got {shape(attn_mask)}"
+            )
+        check_broadcast(name, attn_mask, scores)
         return attn_mask
 
     @classmethod
