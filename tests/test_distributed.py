@@ -149,3 +149,15 @@ def test_without_a_process_group_the_error_says_what_to_do():
     q = torch.randn(1, 1, 4, 8)
     with pytest.raises(ValueError, match="init_process_group"):
         qkv.ring_attention(q, q, q)
+
+
+def test_ring_schedule_by_hand():
+    assert qkv.ring_schedule(3) == [[0, 2, 1], [1, 0, 2], [2, 1, 0]]
+    assert qkv.ring_schedule(3, causal=True) == [[0, None, None], [1, 0, None], [2, 1, 0]]
+
+
+def test_every_rank_meets_every_block_once():
+    for world in (1, 2, 5):
+        for rank, sources in enumerate(qkv.ring_schedule(world)):
+            assert sorted(sources) == list(range(world))
+            assert sources[0] == rank  # its own block first: the causal diagonal is always computed

@@ -3,7 +3,7 @@
 from qkv.block import TransformerBlock
 from qkv.classic import AdditiveAttention, LuongAttention
 from qkv.dispatch import attention, select_backend
-from qkv.distributed import ring_attention
+from qkv.distributed import ring_attention, ring_schedule
 from qkv.efficient import (
     PerformerFeatures,
     axial_attention,
@@ -54,6 +54,7 @@ __all__ = [
     "linformer_projection",
     "padding_mask",
     "ring_attention",
+    "ring_schedule",
     "scaled_dot_product_attention",
     "select_backend",
     "sliding_window_attention",

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from qkv._checks import check_same_dtype_and_device, check_tensor, shape
+from qkv._checks import check_same_dtype_and_device, check_sizes, check_tensor, shape
 
 
 def ring_attention(
@@ -57,6 +57,26 @@ def ring_attention(
     return _RingAttention.apply(q, k, v, causal, group)
 
 
+# --8<-- [start:schedule]
+def ring_schedule(world: int, causal: bool = False) -> list[list[int | None]]:
+    """Whose key and value block each rank attends to at each step of the ring.
+
+    At step `t`, rank `r` holds the block of rank `(r - t) % W`: every block moves one rank on per step. With
+    `causal`, a block from a later rank lies entirely in the future of this rank's queries: it is passed on
+    without being computed (None).
+
+    Returns:
+        `schedule[rank][step]`: a rank, or None where the step computes nothing.
+    """
+    check_sizes(world=world)
+    schedule = []
+    for rank in range(world):
+        sources = [(rank - step) % world for step in range(world)]
+        schedule.append([s if not causal or s <= rank else None for s in sources])
+    return schedule
+    # --8<-- [end:schedule]
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, group):
@@ -82,11 +102,10 @@ def _ring_forward(
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     out = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype, device=q.device)  # (B, H, n, Dv)
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)  # (B, H, n)
-    for step in range(world):
-        source = (rank - step) % world  # whose keys and values this rank holds now
+    for step, source in enumerate(ring_schedule(world, causal)[rank]):
         if step < world - 1:
             incoming = _pass_along([k, v], group)  # the next block travels while this one is used
-        if not causal or source <= rank:
+        if source is not None:
             mask = _diagonal_mask(q, k) if causal and source == rank else None
             block_out, block_lse = _attend(q, k, v, mask)
             out, lse = _merge(out, lse, block_out, block_lse)
@@ -130,11 +149,10 @@ def _ring_backward(
     scale = q.size(-1) ** -0.5
     delta = (d_out * out).sum(dim=-1, keepdim=True)  # rowsum(dO * O): (B, H, n, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    for step in range(world):
-        source = (rank - step) % world
+    for step, source in enumerate(ring_schedule(world, causal)[rank]):
         if step < world - 1:
             incoming = _pass_along([k, v], group)
-        if not causal or source <= rank:
+        if source is not None:
             scores = q @ k.transpose(-2, -1) * scale  # (B, H, n, n)
             if causal and source == rank:
                 scores = scores.masked_fill(~_diagonal_mask(q, k), float("-inf"))
