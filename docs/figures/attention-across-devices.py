@@ -67,10 +67,10 @@ def communication() -> Figure:
         for row in rows:
             share = row["communication_share"]
             ax.annotate(
-                f"{share:.0%}",
+                f"{share:.1%}",
                 (row["n"], row["communication_ms"]),
                 textcoords="offset points",
-                xytext=(0, -14),
+                xytext=(0, 8),
                 ha="center",
                 fontsize=8,
             )

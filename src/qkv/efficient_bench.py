@@ -26,6 +26,7 @@ import argparse
 import functools
 import json
 import math
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,9 @@ WINDOW = 128  # keys per query for the sliding window
 BAND = 64  # half-width of the Longformer band, and the tile of the block-sparse computation
 FEATURES = 256  # Performer's random features
 PROJECTED = 256  # Linformer's projected length
+# Performer's and Linformer's random matrices come from their own seed: drawn from the inputs' seed, the
+# first rows of W would repeat the first queries, and the estimate would be far worse than chance.
+RANDOM_MATRICES_SEED = 1_000
 
 CAUSAL = ("window-as-mask", "sliding-window", "linear-causal")  # the methods that mask the future
 QUADRATIC = ("exact", "window-as-mask")  # the methods that build all N^2 scores
@@ -89,7 +93,7 @@ def inputs(
 
 def methods(n: int, head_dim: int = 64) -> dict[str, Attention]:
     """Every method at sequence length `n`, as `(q, k, v) -> out`; masks and random matrices drawn once."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(RANDOM_MATRICES_SEED)
     band = efficient.sparse_mask("longformer", n, BAND, num_global=1)
     features = efficient.PerformerFeatures(head_dim, FEATURES, generator=generator)
     projection = efficient.linformer_projection(n, min(PROJECTED, n), generator=generator)
@@ -136,9 +140,9 @@ def relative_errors(n: int, kind: Literal["random", "local", "diffuse"]) -> dict
 
 
 def performer_errors(
-    n: int, num_features: list[int], *, orthogonal: bool = True, seeds: int = 3
+    n: int, num_features: list[int], *, orthogonal: bool = True, seeds: int = 5
 ) -> list[float]:
-    """Performer's relative error against exact attention on `"diffuse"` inputs, averaged over `seeds` draws of W."""
+    """Performer's relative error against exact attention on `"diffuse"` inputs, the median of `seeds` draws of W."""
     q, k, v = inputs(n, kind="diffuse")
     exact = F.scaled_dot_product_attention(q, k, v)
     errors = []
@@ -148,12 +152,12 @@ def performer_errors(
                 q.size(-1),
                 count,
                 orthogonal=orthogonal,
-                generator=torch.Generator().manual_seed(seed),
+                generator=torch.Generator().manual_seed(RANDOM_MATRICES_SEED + seed),
             )
             for seed in range(seeds)
         ]
         outs = [efficient.linear_attention(q, k, v, feature_map=phi) for phi in draws]
-        errors.append(sum(_relative(out, exact) for out in outs) / seeds)
+        errors.append(statistics.median(_relative(out, exact) for out in outs))
     return errors
 
 

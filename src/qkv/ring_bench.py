@@ -1,6 +1,7 @@
 """Ring attention's communication against its computation, on CPU processes (gloo) or GPUs (NCCL).
 
-For each sequence length N, every rank times, as the median of `--repeats` runs started together:
+For each sequence length N, every rank times, as the fastest of `--repeats` runs started together (other work
+on the machine only ever adds time):
 
 - `ring`: `qkv.ring_attention` on its shard, as a user calls it (input checks included);
 - `compute`: the same attention blocks and online-softmax merges with nothing sent;
@@ -27,7 +28,6 @@ import datetime
 import json
 import os
 import socket
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -123,28 +123,35 @@ def measure(n: int, causal: bool, repeats: int, device: torch.device) -> dict:
     row = {"n": n, "world": world, "causal": causal, "shard": shard}
     row["max_error"] = float(error)
     calls = {"ring": ring, "compute": compute, "communication": communicate, "checks": checks}
-    for name, call in calls.items():
-        row[f"{name}_ms"] = _slowest_rank_median_ms(call, repeats, device)
+    for name, ms in _slowest_rank_fastest_ms(calls, repeats, device).items():
+        row[f"{name}_ms"] = ms
     row["communication_share"] = row["communication_ms"] / (
         row["communication_ms"] + row["compute_ms"]
     )
     return row
 
 
-def _slowest_rank_median_ms(call: Callable[[], None], repeats: int, device: torch.device) -> float:
-    """Median over `repeats` runs started together on every rank; the slowest rank's median."""
-    call()  # warm-up
-    times = []
+def _slowest_rank_fastest_ms(
+    calls: dict[str, Callable[[], None]], repeats: int, device: torch.device
+) -> dict[str, float]:
+    """Each call's fastest of `repeats` runs, started together on every rank; the slowest rank's.
+
+    The calls take turns within each repeat, so that a burst of other work on the machine falls on all alike.
+    """
+    for call in calls.values():
+        call()  # warm-up
+    fastest = dict.fromkeys(calls, float("inf"))
     for _ in range(repeats):
-        dist.barrier()
-        start = time.perf_counter()
-        call()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    median = torch.tensor(statistics.median(times))
-    dist.all_reduce(median, op=dist.ReduceOp.MAX)
-    return float(median)
+        for name, call in calls.items():
+            dist.barrier()
+            start = time.perf_counter()
+            call()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            fastest[name] = min(fastest[name], (time.perf_counter() - start) * 1e3)
+    slowest = torch.tensor(list(fastest.values()), dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return dict(zip(calls, slowest.tolist(), strict=True))
 
 
 def _under_torchrun(args: argparse.Namespace) -> list[dict]:
@@ -165,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world", type=int, nargs="+", default=[2, 4], help="processes to spawn")
     parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     parser.add_argument("--causal", action="store_true")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda under torchrun")
     parser.add_argument("--out", type=Path, default=Path("attention-across-devices.json"))
     args = parser.parse_args(argv)
