@@ -283,7 +283,12 @@ class PerformerFeatures:
     `phi(x) = exp(W x' - |x'|^2 / 2) / sqrt(M)` with `x' = x / E^(1/4)` and `M` random rows `w ~ N(0, I)`, so that
     `E[phi(q) . phi(k)] = exp(q . k / sqrt(E))`: linear attention with these features estimates softmax
     attention. With `orthogonal`, the rows come in blocks of `E` mutually orthogonal directions (lengths still
-    drawn from the Gaussian), which lowers the estimate's variance.
+    drawn from the Gaussian), which lowers the estimate's variance. Draw `W` from a generator of its own: rows
+    that repeat the inputs' random numbers make the estimate far worse than chance.
+
+    Each call subtracts one constant per batch element before the exponential, against overflow; it cancels
+    exactly between the numerator and the denominator of linear attention. It is taken over every position,
+    so in causal use the future enters the features only through this constant, and only in rounding.
 
     Args:
         head_dim: E, the size of the vectors the features are computed of.
@@ -407,6 +412,9 @@ def linear_attention_weights(
 
     Returns:
         `(..., L, S)`, rows summing to 1; `linear_attention(q, k, v) == weights @ v`.
+
+    Raises:
+        TypeError, ValueError: as `linear_attention`.
     """
     check_attention_inputs(q, k, None, None, False, None, False)
     phi = _feature_map(feature_map)
