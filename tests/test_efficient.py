@@ -122,6 +122,19 @@ def test_block_sparse_attention_equals_masked_attention(pattern, options, n, blo
     )
 
 
+@given(st.integers(1, 20), st.integers(1, 20), st.integers(1, 9), st.integers(0, 2**16))
+def test_block_sparse_attention_equals_masked_attention_for_any_mask(
+    q_len, k_len, block_size, seed
+):
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(q_len, k_len, generator=generator) > 0.6
+    q, k, v = qkv_inputs(1, 2, q_len=q_len, k_len=k_len)
+    torch.testing.assert_close(
+        qkv.block_sparse_attention(q, k, v, mask, block_size),
+        reference_attention(q, k, v, attn_mask=mask),
+    )
+
+
 def test_block_sparse_attention_cross_attention_and_empty_rows():
     q, k, v = qkv_inputs(1, 2, q_len=9, k_len=13)
     mask = torch.rand(9, 13) > 0.7
