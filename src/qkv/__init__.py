@@ -3,6 +3,20 @@
 from qkv.block import TransformerBlock
 from qkv.classic import AdditiveAttention, LuongAttention
 from qkv.dispatch import attention, select_backend
+from qkv.distributed import ring_attention, ring_schedule
+from qkv.efficient import (
+    PerformerFeatures,
+    axial_attention,
+    axial_mask,
+    block_layout,
+    block_sparse_attention,
+    linear_attention,
+    linear_attention_weights,
+    linformer_attention,
+    linformer_projection,
+    sliding_window_attention,
+    sparse_mask,
+)
 from qkv.functional import attention_weights, scaled_dot_product_attention
 from qkv.kernels import flash_attention
 from qkv.masks import (
@@ -20,17 +34,30 @@ __all__ = [
     "AdditiveAttention",
     "LuongAttention",
     "MultiHeadAttention",
+    "PerformerFeatures",
     "TransformerBlock",
     "additive_to_keep",
     "attention",
     "attention_weights",
+    "axial_attention",
+    "axial_mask",
+    "block_layout",
+    "block_sparse_attention",
     "causal_mask",
     "flash_attention",
     "keep_to_additive",
     "keep_to_key_padding",
     "key_padding_to_keep",
+    "linear_attention",
+    "linear_attention_weights",
+    "linformer_attention",
+    "linformer_projection",
     "padding_mask",
+    "ring_attention",
+    "ring_schedule",
     "scaled_dot_product_attention",
     "select_backend",
+    "sliding_window_attention",
     "sliding_window_mask",
+    "sparse_mask",
 ]

@@ -1,0 +1,170 @@
+"""Figures for the post "Efficient attention".
+
+`efficient-attention-scaling`: time and peak memory against N for every method, from the benchmark recorded in
+`docs/data/efficient-attention.json` by `python -m qkv.efficient_bench` (device, torch and date in the title).
+`efficient-attention-patterns`: the four sparse patterns of `qkv.sparse_mask` at N = 32 as 0/1 grids, with the
+8 x 8 tiles that `qkv.block_layout` keeps shaded. `efficient-attention-performer`: Performer's error against the
+number of random features (`qkv.efficient_bench.performer_errors`). `efficient-attention-tradeoff`: each
+method's error on the two families of inputs against its recorded time at N = 4096.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+
+import qkv
+from qkv import efficient_bench
+
+REPORT = Path(__file__).resolve().parent.parent / "data" / "efficient-attention.json"
+STYLE = {  # one colour and marker per method, the same in every figure
+    "exact": ("#222222", "o"),
+    "torch-sdpa": ("#7f7f7f", "o"),
+    "window-as-mask": ("#8c564b", "x"),
+    "sliding-window": ("#1f77b4", "s"),
+    "block-sparse": ("#17becf", "D"),
+    "axial": ("#9467bd", "v"),
+    "linear": ("#2ca02c", "^"),
+    "linear-causal": ("#98df8a", "^"),
+    "performer": ("#ff7f0e", "P"),
+    "linformer": ("#d62728", "*"),
+}
+TRADEOFF_N = 4096
+
+
+def _report() -> dict:
+    return json.loads(REPORT.read_text(encoding="utf-8"))
+
+
+def _subtitle(report: dict) -> str:
+    env = report["environment"]
+    return f"{env['device_name']}, {env['cpu_threads']} thread, torch {env['torch']}, {env['date_utc'][:10]}"
+
+
+def scaling() -> Figure:
+    """Two log-log panels: milliseconds and peak MiB against N, a line per method."""
+    report = _report()
+    fig = Figure(figsize=(7.0, 7.6), layout="constrained")
+    time_ax, memory_ax = fig.subplots(2, 1, sharex=True)
+    for method, (colour, marker) in STYLE.items():
+        rows = [row for row in report["results"] if row["method"] == method]
+        ns = [row["n"] for row in rows]
+        time_ax.plot(ns, [row["ms"] for row in rows], marker=marker, color=colour, label=method)
+        memory_ax.plot(
+            ns, [row["peak_memory_bytes"] / 2**20 for row in rows], marker=marker, color=colour
+        )
+    for ax, label in ((time_ax, "time per call (ms)"), (memory_ax, "peak memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(True, which="major", alpha=0.3)
+    memory_ax.set_xlabel("sequence length N")
+    shape = report["shape"]
+    time_ax.set_title(
+        f"Forward pass, B={shape['batch']}, H={shape['heads']}, D={shape['head_dim']}, "
+        f"{shape['dtype']}\n{_subtitle(report)}",
+        fontsize="medium",
+    )
+    fig.legend(loc="outside lower center", ncol=4, fontsize="small")
+    return fig
+
+
+def patterns() -> Figure:
+    """The four patterns at N = 32 in a 2 x 2 grid; kept tiles of 8 x 8 shaded behind the kept pairs."""
+    n, block = 32, 8
+    generator = torch.Generator().manual_seed(0)
+    masks = {
+        "strided (stride 4)": qkv.sparse_mask("strided", n, 4),
+        "fixed (block 4)": qkv.sparse_mask("fixed", n, 4),
+        "longformer (band ±2, 1 global)": qkv.sparse_mask("longformer", n, 2, num_global=1),
+        "bigbird (+ 2 random keys)": qkv.sparse_mask(
+            "bigbird", n, 2, num_global=1, num_random=2, generator=generator
+        ),
+    }
+    fig = Figure(figsize=(7.0, 7.4), layout="constrained")
+    cmap = ListedColormap(["#ffffff", "#c6dbef", "#1f5fa8"])
+    for ax, (title, mask) in zip(fig.subplots(2, 2).flat, masks.items(), strict=True):
+        tiles = (
+            qkv.block_layout(mask, block).repeat_interleave(block, 0).repeat_interleave(block, 1)
+        )
+        picture = tiles.int() + mask.int()  # 0 skipped, 1 computed but masked, 2 kept
+        ax.imshow(picture.numpy(), cmap=cmap, vmin=0, vmax=2)
+        computed = int(qkv.block_layout(mask, block).sum())
+        ax.set_title(f"{title}\n{computed} of {(n // block) ** 2} tiles computed", fontsize=9)
+        ax.set_xticks(range(0, n, block))
+        ax.set_yticks(range(0, n, block))
+        ax.set_xlabel("key j")
+        ax.set_ylabel("query i")
+        for edge in range(block, n, block):
+            ax.axhline(edge - 0.5, color="0.6", linewidth=0.5)
+            ax.axvline(edge - 0.5, color="0.6", linewidth=0.5)
+    return fig
+
+
+PERFORMER_FEATURES = [16, 64, 256, 1024, 4096]
+
+
+def performer() -> Figure:
+    """Relative error against M, iid and orthogonal features, with the 1/sqrt(M) slope and the averaging baseline."""
+    n = 512
+    fig = Figure(figsize=(6.0, 4.4), layout="constrained")
+    ax = fig.subplots()
+    for orthogonal, marker in ((False, "o"), (True, "s")):
+        errors = efficient_bench.performer_errors(n, PERFORMER_FEATURES, orthogonal=orthogonal)
+        label = "orthogonal features" if orthogonal else "independent features"
+        ax.plot(PERFORMER_FEATURES, errors, marker=marker, label=label)
+    last = errors[
+        -1
+    ]  # the 1/sqrt(M) line through the last point, where the estimate is in its regime
+    slope = [last * (PERFORMER_FEATURES[-1] / m) ** 0.5 for m in PERFORMER_FEATURES]
+    ax.plot(PERFORMER_FEATURES, slope, color="0.6", linestyle="--", label=r"$\propto 1/\sqrt{M}$")
+    baseline = efficient_bench.relative_errors(n, "diffuse")["mean-of-values"]
+    ax.axhline(baseline, color="#d62728", linestyle=":", label="mean of the values")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("random features M")
+    ax.set_ylabel("|out - exact| / |exact|")
+    ax.set_title(
+        f"Performer (FAVOR+) on diffuse inputs, N={n}, D=64, median of 5 draws", fontsize="medium"
+    )
+    ax.legend(fontsize="small")
+    ax.grid(True, which="major", alpha=0.3)
+    return fig
+
+
+def tradeoff() -> Figure:
+    """Two panels (local, diffuse inputs): relative error against recorded time at N = 4096."""
+    report = _report()
+    ms = {row["method"]: row["ms"] for row in report["results"] if row["n"] == TRADEOFF_N}
+    fig = Figure(figsize=(7.0, 7.6), layout="constrained")
+    for ax, kind in zip(fig.subplots(2, 1, sharex=True), ("local", "diffuse"), strict=True):
+        errors = efficient_bench.relative_errors(TRADEOFF_N, kind)
+        ax.axhline(
+            errors.pop("mean-of-values"), color="0.5", linestyle=":", label="mean of the values"
+        )
+        ax.axvline(ms["exact"], color=STYLE["exact"][0], linestyle="--", label="exact (error 0)")
+        for method, error in errors.items():
+            colour, marker = STYLE[method]
+            ax.plot(ms[method], error, marker=marker, color=colour, markersize=9, linestyle="")
+            ax.annotate(
+                method, (ms[method], error), textcoords="offset points", xytext=(6, 4), fontsize=8
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.margins(x=0.12, y=0.25)
+        ax.set_ylabel("|out - exact| / |exact|")
+        ax.set_title(f"{kind} inputs, N={TRADEOFF_N}", fontsize="medium")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize="small", loc="lower right")
+    ax.set_xlabel(f"recorded time per call (ms), {_subtitle(report)}")
+    return fig
+
+
+FIGURES = {
+    "efficient-attention-scaling": scaling,
+    "efficient-attention-patterns": patterns,
+    "efficient-attention-performer": performer,
+    "efficient-attention-tradeoff": tradeoff,
+}
