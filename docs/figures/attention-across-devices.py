@@ -3,19 +3,16 @@
 `attention-across-devices-ring`: `qkv.ring_schedule` for 4 ranks, without and with the causal mask: which
 rank's key and value block each rank attends to at each step, and the steps that compute nothing.
 `attention-across-devices-communication`: the recorded run of `python -m qkv.ring_bench`
-(`docs/data/attention-across-devices.json`): the ring's time, its computation alone and its communication alone
+(`src/qkv/data/attention-across-devices.json`): the ring's time, its computation alone and its communication alone
 against N, for 2 and 4 processes.
 """
-
-import json
-from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 import qkv
+from qkv.data import recorded
 
-REPORT = Path(__file__).resolve().parent.parent / "data" / "attention-across-devices.json"
 WORLD = 4
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]  # one per block owner
 
@@ -52,7 +49,7 @@ def _cell(x: float, y: float, face: str) -> Rectangle:
 
 def communication() -> Figure:
     """Milliseconds against N per world size: the ring, computation alone, communication alone."""
-    report = json.loads(REPORT.read_text(encoding="utf-8"))
+    report = recorded("attention-across-devices")
     worlds = sorted({row["world"] for row in report["results"]})
     fig = Figure(figsize=(7.0, 4.2 * len(worlds)), layout="constrained")
     for ax, world in zip(fig.subplots(len(worlds), 1, sharex=True), worlds, strict=True):

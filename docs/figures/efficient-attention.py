@@ -1,15 +1,12 @@
 """Figures for the post "Efficient attention".
 
 `efficient-attention-scaling`: time and peak memory against N for every method, from the benchmark recorded in
-`docs/data/efficient-attention.json` by `python -m qkv.efficient_bench` (device, torch and date in the title).
+`src/qkv/data/efficient-attention.json` by `python -m qkv.efficient_bench` (device, torch and date in the title).
 `efficient-attention-patterns`: the four sparse patterns of `qkv.sparse_mask` at N = 32 as 0/1 grids, with the
 8 x 8 tiles that `qkv.block_layout` keeps shaded. `efficient-attention-performer`: Performer's error against the
 number of random features (`qkv.efficient_bench.performer_errors`). `efficient-attention-tradeoff`: each
 method's error on the two families of inputs against its recorded time at N = 4096.
 """
-
-import json
-from pathlib import Path
 
 import torch
 from matplotlib.colors import ListedColormap
@@ -17,8 +14,8 @@ from matplotlib.figure import Figure
 
 import qkv
 from qkv import efficient_bench
+from qkv.data import recorded
 
-REPORT = Path(__file__).resolve().parent.parent / "data" / "efficient-attention.json"
 STYLE = {  # one colour and marker per method, the same in every figure
     "exact": ("#222222", "o"),
     "torch-sdpa": ("#7f7f7f", "o"),
@@ -35,7 +32,7 @@ TRADEOFF_N = 4096
 
 
 def _report() -> dict:
-    return json.loads(REPORT.read_text(encoding="utf-8"))
+    return recorded("efficient-attention")
 
 
 def _subtitle(report: dict) -> str:

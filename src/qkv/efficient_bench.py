@@ -17,7 +17,7 @@ The JSON report (`--out`) holds the device, versions and UTC date (`qkv.bench.en
 `fit_exponent` fits `time ~ N^p` to a report's rows. `inputs` also makes the two families of inputs the quality
 comparison uses (`"local"`: attention concentrated near the diagonal, `"diffuse"`: spread over every key).
 
-Usage: `python -m qkv.efficient_bench --out docs/data/efficient-attention.json`.
+Usage: `python -m qkv.efficient_bench --out src/qkv/data/efficient-attention.json`.
 """
 
 from __future__ import annotations
