@@ -572,18 +572,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
-    def save(report: dict) -> None:
+    def save(report: dict) -> None:  # after every case: a run cut short keeps what it measured
         args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        if args.table:
+            write_table(report, args.table)
 
     report = run(args, on_result=save)
     save(report)
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {args.out}" + (f" and {args.table}" if args.table else ""), file=sys.stderr)
     if args.plot:
         for path in plot(report, args.plot):
             print(f"wrote {path}", file=sys.stderr)
-    if args.table:
-        write_table(report, args.table)
-        print(f"wrote {args.table}", file=sys.stderr)
     return 0
 
 
