@@ -6,7 +6,7 @@ otherwise.
 """
 
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv.kernels import tiles
@@ -54,6 +54,7 @@ def assert_classified(kind, tile, in_range):
 
 
 @given(masks=MASKS, block_m=BLOCKS, block_n=BLOCKS)
+@settings(max_examples=300)  # plain Python: cheap
 def test_key_tiles_of_each_query_block_follow_the_mask(masks, block_m, block_n):
     mask, (kv_len, offset, window, causal, windowed) = kernel_mask(**masks)
     seqlen_q, seqlen_k = mask.shape
@@ -68,6 +69,7 @@ def test_key_tiles_of_each_query_block_follow_the_mask(masks, block_m, block_n):
 
 
 @given(masks=MASKS, block_m=BLOCKS, block_n=BLOCKS)
+@settings(max_examples=300)  # plain Python: cheap
 def test_query_tiles_of_each_key_block_follow_the_mask(masks, block_m, block_n):
     mask, (kv_len, offset, window, causal, windowed) = kernel_mask(**masks)
     seqlen_q, seqlen_k = mask.shape
@@ -84,6 +86,7 @@ def test_query_tiles_of_each_key_block_follow_the_mask(masks, block_m, block_n):
 
 
 @given(masks=MASKS, block_m=BLOCKS, block_n=BLOCKS)
+@settings(max_examples=300)  # plain Python: cheap
 def test_count_tiles_adds_up_the_forward_loop(masks, block_m, block_n):
     mask, (_, offset, window, causal, windowed) = kernel_mask(**masks)
     seqlen_q, seqlen_k = mask.shape

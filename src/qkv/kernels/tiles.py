@@ -72,7 +72,8 @@ def query_bounds(first_col, last_col, kv_len, seqlen_q, offset, window, CAUSAL, 
 def tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK):
     """Partial, full and empty tiles of size `BLOCK`: `(start, full_start, full_end, end)`, see above."""
     start = lo_first // BLOCK * BLOCK
-    end = max(start, hi_last)
+    kept = min(max(hi_last - lo_first, 0), 1)  # 0 if no member keeps anything (lo_first >= hi_last)
+    end = start + (max(start, hi_last) - start) * kept
     full_start = min((lo_last + BLOCK - 1) // BLOCK * BLOCK, end)
     full_end = max(full_start, hi_first // BLOCK * BLOCK)
     return start, full_start, full_end, end
@@ -95,7 +96,7 @@ class TileCount:
         return self.computed + self.empty
 
 
-def count_tiles(
+def classify_tiles(
     seqlen_q: int,
     seqlen_k: int,
     block_m: int,
@@ -105,8 +106,8 @@ def count_tiles(
     causal: bool = False,
     window: int | None = None,
     kv_len: int | None = None,
-) -> TileCount:
-    """Count the tiles of `block_m` queries by `block_n` keys that the forward kernel computes and skips.
+) -> list[list[str]]:
+    """What the forward kernel does with each tile of `block_m` queries by `block_n` keys.
 
     Args:
         seqlen_q: L.
@@ -119,15 +120,35 @@ def count_tiles(
         kv_len: keep keys `j < kv_len` only (one batch's key length); S when None.
 
     Returns:
-        The number of full, partial and empty tiles, with the kernel's own `key_bounds` and `tile_ranges`.
+        One row per block of queries, one entry per block of keys: `"full"`, `"partial"` or `"empty"`,
+        by the kernel's own `key_bounds` and `tile_ranges`.
     """
     kv_len = seqlen_k if kv_len is None else min(max(kv_len, 0), seqlen_k)
-    full = partial = 0
+    rows = []
     for first_row in range(0, seqlen_q, block_m):
         last_row = min(first_row + block_m, seqlen_q) - 1
         bounds = key_bounds(first_row, last_row, kv_len, offset, window, causal, window is not None)
         start, full_start, full_end, end = tile_ranges(*bounds, block_n)
-        full += (full_end - full_start) // block_n
-        partial += -(-(full_start - start) // block_n) + -(-(end - full_end) // block_n)
-    blocks = -(-seqlen_q // block_m) * -(-seqlen_k // block_n)
-    return TileCount(full=full, partial=partial, empty=blocks - full - partial)
+        rows.append(
+            [
+                "full"
+                if full_start <= first_col < full_end
+                else "partial"
+                if start <= first_col < end
+                else "empty"
+                for first_col in range(0, seqlen_k, block_n)
+            ]
+        )
+    return rows
+
+
+def count_tiles(seqlen_q: int, seqlen_k: int, block_m: int, block_n: int, **mask) -> TileCount:
+    """How many tiles the forward kernel computes without a mask, with it, and not at all.
+
+    Args:
+        seqlen_q, seqlen_k, block_m, block_n, mask: as for `classify_tiles`.
+    """
+    classes = [
+        kind for row in classify_tiles(seqlen_q, seqlen_k, block_m, block_n, **mask) for kind in row
+    ]
+    return TileCount(classes.count("full"), classes.count("partial"), classes.count("empty"))
