@@ -59,8 +59,17 @@ def select_backend(
     """The backend `attention` uses for these inputs: `backend` itself unless it is `"auto"`.
 
     Args:
-        query, key, value, attn_mask, dropout_p, backend, is_causal, scale, enable_gqa, window,
-            key_lengths: as for `attention`.
+        query: `(..., L, E)`.
+        key: `(..., S, E)`.
+        value: `(..., S, Ev)`.
+        attn_mask: bool (True = may attend) or float (added), broadcastable to `(..., L, S)`.
+        dropout_p: probability of zeroing each attention weight.
+        backend: `"auto"`, `"triton"`, `"torch"` or `"reference"`.
+        is_causal: False, True, `"top_left"` or `"bottom_right"`, as for `attention`.
+        scale: multiplies the scores; `1 / sqrt(E)` when None.
+        enable_gqa: let each key/value head serve a group of query heads.
+        window: how many recent keys each query sees, as for `attention`.
+        key_lengths: `(B,)` integer tensor, as for `attention`.
 
     Returns:
         `"triton"`, `"torch"` or `"reference"`.

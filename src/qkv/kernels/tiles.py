@@ -145,8 +145,7 @@ def classify_tiles(
 def count_tiles(seqlen_q: int, seqlen_k: int, block_m: int, block_n: int, **mask) -> TileCount:
     """How many tiles the forward kernel computes without a mask, with it, and not at all.
 
-    Args:
-        seqlen_q, seqlen_k, block_m, block_n, mask: as for `classify_tiles`.
+    The arguments are those of `classify_tiles`.
     """
     classes = [
         kind for row in classify_tiles(seqlen_q, seqlen_k, block_m, block_n, **mask) for kind in row
