@@ -12,7 +12,7 @@
 #   tests   tests.txt: the kernel's tests on CUDA in float16 and bfloat16 (TRITON_INTERPRET=0; the
 #           autotuner off, QKV_FLASH_AUTOTUNE=0, so that correctness takes minutes), then the article's
 #           CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed
-#   square  bench-square.json and plots/: full and causal, N = 1k .. 16k, D = 64 and 128, bfloat16
+#   square  bench-square.json and plots/: full and causal, N = 1k .. 16k, D = 128 then 64, bfloat16
 #   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
 #           64k, key padding, causal 128k; D = 128, bfloat16
 #
@@ -66,7 +66,7 @@ PY
       ;;
     square)
       timeout --signal=INT "$limit" "$python" -m qkv.bench --suite square --dtype bf16 \
-        --head-dim 64 128 --n 1024 2048 4096 8192 16384 --paths "${paths[@]}" \
+        --head-dim 128 64 --n 1024 2048 4096 8192 16384 --paths "${paths[@]}" \
         --out "$out/bench-square.json" --plot "$out/plots" --table "$out/measured.json" || true
       ;;
     masks)

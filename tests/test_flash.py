@@ -207,6 +207,17 @@ def test_grid_stays_within_cuda_limits_for_many_heads():
     assert max(rest) <= 65535
 
 
+@pytest.mark.parametrize(
+    ("seqlen_q", "heights"),
+    [(1, [16]), (16, [16]), (40, [64]), (100, [64, 128]), (4096, [64, 128])],
+)
+def test_autotuner_tries_query_blocks_that_suit_the_queries(seqlen_q, heights):
+    # Decoding (1 to 16 queries) gets 16-row blocks; long sequences no block shorter than 64 rows.
+    configs = [flash.triton.Config({"BLOCK_M": m, "BLOCK_N": 64}) for m in (16, 64, 128)]
+    kept = flash._fitting_query_blocks(configs, {"seqlen_q": seqlen_q})
+    assert [config.kwargs["BLOCK_M"] for config in kept] == heights
+
+
 def test_non_contiguous_inputs_match_torch():
     # (B, N, H, D) -> (B, H, N, D), as a model that keeps heads last would pass them
     q, k, v = (x.transpose(1, 2) for x in random_qkv(1, 21, 2, 2, 16))

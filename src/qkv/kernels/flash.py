@@ -382,7 +382,7 @@ def _grid(seqlen: int, block: int, batch: int, heads: int) -> tuple[int, int, in
 
 
 # Launch configurations. On a GPU the autotuner times these once per (lengths, head size, mask) and keeps
-# the fastest, among those whose query block is no taller than the queries (decoding has one to sixteen).
+# the fastest, among those whose query block suits the number of queries (decoding has one to sixteen).
 # Under the interpreter the first tile at half size keeps the CPU tests quick and exercises partial tiles,
 # with BLOCK_M != BLOCK_N as on a GPU (the tile ranges depend on both).
 def _configs(block_sizes: list[tuple[int, int]]) -> list[triton.Config]:
@@ -398,27 +398,37 @@ def _configs(block_sizes: list[tuple[int, int]]) -> list[triton.Config]:
     return configs if AUTOTUNE else configs[:1]
 
 
-def _short_query_blocks(configs: list[triton.Config], named_args: dict, **_) -> list[triton.Config]:
-    """The configurations whose query block fits the queries (at least the smallest one)."""
-    tallest = max(16, triton.next_power_of_2(named_args["seqlen_q"]))
-    fitting = [config for config in configs if config.kwargs["BLOCK_M"] <= tallest]
+def _fitting_query_blocks(
+    configs: list[triton.Config], named_args: dict, **_
+) -> list[triton.Config]:
+    """The configurations whose query block suits the queries: no taller than they are (16 rows at the
+    least), and no shorter than 64 rows once there are that many; the smallest block if none suits."""
+    rows = triton.next_power_of_2(named_args["seqlen_q"])
+    fitting = [
+        config for config in configs if min(rows, 64) <= config.kwargs["BLOCK_M"] <= max(rows, 16)
+    ]
     return fitting or [min(configs, key=lambda config: config.kwargs["BLOCK_M"])]
 
 
 def _autotuned(
-    kernel: triton.JITFunction, block_sizes: list[tuple[int, int]]
+    kernel: triton.JITFunction, block_sizes: list[tuple[int, int]], per_query_block: bool = True
 ) -> triton.KernelInterface:
+    """`kernel` with its autotuner; `per_query_block`: one program per BLOCK_M queries (prune by L)."""
+    prune = {"early_config_prune": _fitting_query_blocks} if per_query_block else None
     return triton.autotune(
         _configs(block_sizes),
         key=["seqlen_q", "seqlen_k", "window", "HEAD_DIM", "CAUSAL", "WINDOW"],
-        prune_configs_by={"early_config_prune": _short_query_blocks},
+        prune_configs_by=prune,
     )(kernel)
 
 
 _tuned_forward = _autotuned(
     _forward_kernel, [(64, 32), (64, 64), (128, 32), (128, 64), (16, 64), (16, 128)]
 )
-_tuned_backward_dkdv = _autotuned(_backward_dkdv_kernel, [(32, 64), (64, 64), (32, 128)])
+# One program per BLOCK_N keys, stepping through the queries BLOCK_M at a time.
+_tuned_backward_dkdv = _autotuned(
+    _backward_dkdv_kernel, [(32, 64), (64, 64), (32, 128)], per_query_block=False
+)
 _tuned_backward_dq = _autotuned(_backward_dq_kernel, [(64, 32), (64, 64), (128, 32), (16, 64)])
 PREPROCESS_BLOCK_M = 16 if INTERPRETED else 64
 
