@@ -55,8 +55,10 @@ print(json.dumps(versions, indent=2))
 PY
       ;;
     tests)
+      # the sm_90 compile test is for machines without a GPU: here every kernel compiles for real
       QKV_FLASH_AUTOTUNE=0 timeout "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
-        tests/test_flash.py tests/test_dispatch.py tests/test_tiles.py 2>&1 | tee "$out/tests.txt" || true
+        -k "not test_kernels_compile_for_a_gpu" tests/test_flash.py tests/test_dispatch.py \
+        tests/test_tiles.py 2>&1 | tee "$out/tests.txt" || true
       if "$python" -c "import pytest_codeblocks" 2>/dev/null; then
         timeout 120 "$python" -m pytest -q -p no:cacheprovider --codeblocks \
           docs/blog/posts/flash-attention.md 2>&1 | tee "$out/docs-cuda.txt" || true
