@@ -3,11 +3,15 @@
 `reference_attention` runs PyTorch's own `scaled_dot_product_attention` (math backend) in float64 on copies of
 the inputs, so that it stands above every dtype under test. `assert_close_to_reference` applies the tolerance rule
 that flash-attention's tests use: in low precision an implementation may be at most `factor` times as far from the
-float64 reference as PyTorch itself is in the same dtype (plus a small absolute floor).
+float64 reference as PyTorch itself is in the same dtype (plus a small absolute floor). `reference_mask` spells
+the kernel's mask options (causal alignment, window, key lengths) as the boolean mask torch takes.
 """
 
+import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import qkv
 
 
 def reference_attention(query, key, value, **kwargs):
@@ -44,3 +48,22 @@ def assert_close_to_reference(actual, expected, yardstick, factor=2.0, atol=1e-5
         raise AssertionError(
             f"max error {error:.3e} exceeds {allowed:.3e} ({factor}x torch's own + {atol})"
         )
+
+
+def reference_mask(batch, seqlen_q, seqlen_k, causal=False, window=None, key_lengths=None):
+    """The mask of `qkv.flash_attention`'s options, built by qkv's mask builders: bool `(B, 1, L, S)`.
+
+    True = may attend. `causal` is False, True, "top_left" or "bottom_right"; lengths outside [0, S] act as
+    0 or S, as in the kernel.
+    """
+    alignment = "top_left" if causal is True else causal
+    if window is not None:
+        mask = qkv.sliding_window_mask(seqlen_q, window, seqlen_k, alignment=alignment)
+    elif causal:
+        mask = qkv.causal_mask(seqlen_q, seqlen_k, alignment=alignment)
+    else:
+        mask = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
+    mask = mask.expand(batch, 1, seqlen_q, seqlen_k)  # (L, S) -> (B, 1, L, S)
+    if key_lengths is not None:
+        mask = mask & qkv.padding_mask(key_lengths.cpu().clamp(0, seqlen_k), seqlen_k)
+    return mask

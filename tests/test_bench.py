@@ -1,12 +1,16 @@
-"""qkv.bench: a tiny CPU run writes a report with its environment, a positive rate per path that ran, plots."""
+"""qkv.bench: a tiny CPU run writes a report with its environment, a positive rate per path that ran, plots;
+every case is checked before it is timed; the measured table feeds qkv.attention's auto choice."""
 
+import dataclasses
 import datetime
 import json
 
 import pytest
 import torch
 
-from qkv import bench
+import qkv
+from qkv import bench, dispatch
+from tests.reference import reference_mask
 
 TINY = ["--device", "cpu", "--n", "32", "64", "--head-dim", "16", "--dtype", "fp16"]
 TINY += ["--causal", "yes", "--tokens", "64", "--hidden", "32"]
@@ -45,7 +49,10 @@ def test_every_case_is_recorded_and_the_cpu_paths_run(tiny_run):
             assert record["tflops"] is None
             assert record["reason"]
     ran = {record["path"] for record in results if record["status"] == "ok"}
-    assert {"reference", "torch-math"} <= ran
+    assert {"reference", "torch", "torch-math"} <= ran
+    for record in results:
+        if record["status"] == "ok":  # checked against the reference before it was timed
+            assert 0 <= record["error"] <= record["allowed_error"], record
     flash = [record for record in results if record["path"] == "qkv-flash"]
     assert {record["reason"] for record in flash} == {"needs CUDA"}
 
@@ -58,29 +65,126 @@ def test_one_plot_per_configuration(tiny_run):
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def case(path="reference", mode="forward", dtype="fp32", head_dim=16, causal=False, **shape):
+    """A small case: L = S = 8, one batch, one head, unless told."""
+    fields = {"seqlen_q": 8, "seqlen_k": 8, "batch": 1, "heads": 1, "heads_kv": 1} | shape
+    return bench.Case(path, mode, dtype, head_dim, causal, **fields)
+
+
 def test_a_path_refusing_its_inputs_is_recorded_not_fatal(monkeypatch):
     # On CUDA, qkv-flash raises TypeError for --dtype fp32 and ValueError for --head-dim 96.
-    def refuse(q, k, v, causal):
+    def refuse(q, k, v, **masks):
         raise ValueError("head size D must be one of (16, 32, 64, 128), got 96")
 
     monkeypatch.setattr(bench, "attention_function", lambda path: refuse)
-    case = bench.Case("reference", "forward", "fp32", 96, False, 8, batch=1, heads=1)
-    record = bench.measure(case, torch.device("cpu"))
+    record = bench.measure(case(head_dim=96), torch.device("cpu"))
     assert record["status"] == "unsupported"
     assert record["reason"].endswith("got 96")
 
 
+def test_a_wrong_output_is_recorded_not_timed(monkeypatch):
+    def off_by_a_little(q, k, v, **masks):
+        return qkv.attention(q, k, v, **masks) + 1e-3
+
+    monkeypatch.setattr(bench, "attention_function", lambda path: off_by_a_little)
+    record = bench.measure(case(causal="top_left"), torch.device("cpu"))
+    assert record["status"] == "wrong"
+    assert record["error"] > record["allowed_error"]
+    assert record["ms"] is None
+    assert record["tflops"] is None
+
+
+MASKED_CASES = [
+    pytest.param({"causal": "bottom_right", "seqlen_q": 3, "seqlen_k": 40}, id="decode"),
+    pytest.param({"causal": "top_left", "heads": 4, "heads_kv": 2, "batch": 2}, id="gqa"),
+    pytest.param({"causal": "top_left", "window": 5, "seqlen_q": 30, "seqlen_k": 30}, id="window"),
+    pytest.param({"padded": True, "batch": 4, "seqlen_q": 12, "seqlen_k": 12}, id="padding"),
+]
+
+
+@pytest.mark.parametrize("shape", MASKED_CASES)
+@pytest.mark.parametrize("path", ["reference", "torch"])
+def test_masked_cases_are_checked_then_timed(path, shape):
+    record = bench.measure(case(path, "forward+backward", **shape), torch.device("cpu"))
+    assert record["status"] == "ok", record
+    assert 0 <= record["error"] <= record["allowed_error"]
+    assert record["ms"] > 0
+    assert record["tflops"] > 0
+
+
+@pytest.mark.parametrize("shape", MASKED_CASES)
+def test_kept_pairs_count_the_mask(shape):
+    measured = case(**shape)
+    lengths = bench.key_lengths(measured)
+    mask = reference_mask(
+        measured.batch,
+        measured.seqlen_q,
+        measured.seqlen_k,
+        measured.causal,
+        measured.window,
+        None if lengths is None else torch.tensor(lengths),
+    )
+    assert bench.kept_pairs(measured) == mask.sum()
+
+
 @pytest.mark.parametrize(
-    ("mode", "causal", "flops"),
+    ("shape", "flops"),
     [
-        ("forward", False, 3072),  # 4 * B 2 * H 3 * N^2 16 * D 8
-        ("forward", True, 1536),
-        ("forward+backward", True, 1536 * 3.5),
+        ({}, 4 * 2 * 3 * 8 * 4 * 4),  # 4 B H D L S
+        ({"causal": "top_left"}, 4 * 2 * 3 * 8 * 10),  # 1 + 2 + 3 + 4 keys for 4 queries
+        ({"causal": "top_left", "mode": "forward+backward"}, 4 * 2 * 3 * 8 * 10 * 3.5),
+        ({"causal": "bottom_right", "seqlen_q": 2}, 4 * 2 * 3 * 8 * 7),  # 3 + 4 keys
+        ({"causal": "bottom_right", "seqlen_q": 2, "window": 2}, 4 * 2 * 3 * 8 * 4),
+        ({"padded": True}, 4 * 3 * 8 * (4 * 4 + 4 * 2)),  # lengths 4 and 2
     ],
+    ids=["full", "causal", "backward", "bottom-right", "window", "padded"],
 )
-def test_flop_count(mode, causal, flops):
-    case = bench.Case("reference", mode, "fp16", 8, causal, 4, batch=2, heads=3)
-    assert bench.attention_flops(case) == flops
+def test_flop_count(shape, flops):
+    fields = {"seqlen_q": 4, "seqlen_k": 4, "batch": 2, "heads": 3, "heads_kv": 3} | shape
+    assert bench.attention_flops(case(head_dim=8, **fields)) == flops
+
+
+def test_suites_hold_the_shapes_of_the_issue():
+    argv = ["--device", "cpu", "--suite", "decode", "gqa", "window", "padding", "long"]
+    argv += ["--head-dim", "128", "--dtype", "bf16", "--paths", "torch"]
+    todo = bench.cases(bench.parse_args(argv))
+    decode = [c for c in todo if c.suite == "decode"]
+    assert {c.seqlen_q for c in decode} == {1, 4, 16}
+    assert max(c.seqlen_k for c in decode) == 131072
+    assert {(c.causal, c.mode) for c in decode} == {("bottom_right", "forward")}
+    assert {(c.heads, c.heads_kv) for c in todo if c.suite == "gqa"} == {(32, 8)}
+    (window,) = {(c.window, c.seqlen_k) for c in todo if c.suite == "window"}
+    assert window == (4096, 65536)
+    assert all(c.padded and c.batch == 4 for c in todo if c.suite == "padding")
+    assert {c.seqlen_k for c in todo if c.suite == "long"} == {131072}
+
+
+def report_of(times, device_name="NVIDIA H100 80GB HBM3"):
+    """A report of square fp16 D=64 forward cases run by `torch` and `qkv-flash`: {N: (triton, torch)}."""
+    results = []
+    for n, (triton_ms, torch_ms) in times.items():
+        for path, ms in (("qkv-flash", triton_ms), ("torch", torch_ms), ("torch-math", 0.1)):
+            measured = case(path, dtype="fp16", head_dim=64, seqlen_q=n, seqlen_k=n)
+            results.append({**dataclasses.asdict(measured), "status": "ok", "ms": ms})
+    versions = {"date_utc": "2026-11-24T00:00:00+00:00", "torch": "2.11", "triton": "3.6"}
+    environment = {"device_name": device_name, "cudnn": 91002, **versions}
+    return {"environment": environment, "results": results}
+
+
+def test_measured_table_feeds_auto(tmp_path, monkeypatch):
+    table = tmp_path / "measured.json"
+    bench.write_table(report_of({1024: (1.0, 2.0), 16384: (9.0, 8.0)}), table)
+    bench.write_table(report_of({16384: (7.0, 8.0)}), table)  # measured again: replaces, not adds
+    cases = json.loads(table.read_text())["cases"]
+    assert [(c["seqlen_k"], c["triton_ms"]) for c in cases] == [(1024, 1.0), (16384, 7.0)]
+    monkeypatch.setattr(dispatch, "_measurements", lambda: cases)
+    monkeypatch.setattr(dispatch, "_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    q = torch.empty(1, 2, 16384, 64, dtype=torch.float16, device="meta")
+    assert qkv.select_backend(q, q, q) == "triton"
+    bench.write_table(report_of({16384: (9.0, 8.0)}), table)
+    cases[:] = json.loads(table.read_text())["cases"]
+    assert qkv.select_backend(q, q, q) == "torch"
 
 
 @pytest.mark.parametrize(

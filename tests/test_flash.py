@@ -1,9 +1,11 @@
-"""qkv.flash_attention (the Triton kernels) against torch, on CPU tensors through Triton's interpreter.
+"""qkv.flash_attention (the Triton kernels) against torch: on CPU tensors through Triton's interpreter, or on a GPU.
 
-`tests/conftest.py` sets `TRITON_INTERPRET=1` before anything imports triton. Every comparison is against the
+`tests/conftest.py` sets `TRITON_INTERPRET=1` before anything imports triton; with `TRITON_INTERPRET=0` and a
+GPU, the same tests run on CUDA in float16 and bfloat16 (`benchmarks/gpu.sh`). Every comparison is against the
 float64 reference with torch's own error in the same dtype as the yardstick (2x for outputs, 3x for
-gradients). Shapes are tiny and the interpreter runs 32 x 16 and 16 x 32 tiles (BLOCK_M != BLOCK_N, as on a
-GPU), so lengths such as 17, 20, 33 and 45 cover partial tiles in both directions.
+gradients), masks built by qkv's mask builders (`tests.reference.reference_mask`). Shapes are tiny and the
+interpreter runs 32 x 16 and 16 x 32 tiles (BLOCK_M != BLOCK_N, as on a GPU), so lengths such as 17, 20,
+33 and 45 cover partial tiles in both directions, and windows of 5 and 9 leave full, partial and empty tiles.
 
 What the interpreter supports (Triton 3.9): float16 runs and is exact to float16 rounding. bfloat16 loads,
 stores and conversions work, but `tl.dot` on bfloat16 operands multiplies their raw 16-bit patterns as
@@ -30,7 +32,16 @@ from hypothesis import strategies as st
 
 import qkv
 from qkv.kernels import flash
-from tests.reference import assert_close_to_reference, reference_attention, torch_attention
+from tests.reference import (
+    assert_close_to_reference,
+    reference_attention,
+    reference_mask,
+    torch_attention,
+)
+
+DEVICE = "cpu" if flash.INTERPRETED else "cuda"
+DTYPES = [torch.float16] if flash.INTERPRETED else [torch.float16, torch.bfloat16]
+interpreter_only = pytest.mark.skipif(not flash.INTERPRETED, reason="checks Triton's interpreter")
 
 
 def run_with_grads(attention, q, k, v, d_out, **kwargs):
@@ -41,11 +52,17 @@ def run_with_grads(attention, q, k, v, d_out, **kwargs):
     return out.detach(), *(leaf.grad for leaf in leaves)
 
 
-def assert_matches_torch(q, k, v, causal=False, scale=None):
+def assert_matches_torch(q, k, v, causal=False, scale=None, window=None, key_lengths=None):
     """flash_attention's output and gradients are as close to float64 as torch's own in q's dtype."""
-    d_out = torch.randn(*q.shape[:-1], v.size(-1), dtype=q.dtype)
-    sdpa_kwargs = {"is_causal": causal, "scale": scale}
-    actual = run_with_grads(qkv.flash_attention, q, k, v, d_out, causal=causal, scale=scale)
+    d_out = torch.randn(*q.shape[:-1], v.size(-1), dtype=q.dtype, device=q.device)
+    masks = {"causal": causal, "window": window, "key_lengths": key_lengths}
+    sdpa_kwargs = {"scale": scale, "enable_gqa": q.size(1) != k.size(1)}
+    if causal is True and window is None and key_lengths is None:
+        sdpa_kwargs["is_causal"] = True  # torch's own flag, not a mask
+    elif causal or key_lengths is not None:
+        mask = reference_mask(q.size(0), q.size(2), k.size(2), causal, window, key_lengths)
+        sdpa_kwargs["attn_mask"] = mask.to(q.device)
+    actual = run_with_grads(qkv.flash_attention, q, k, v, d_out, scale=scale, **masks)
     expected = run_with_grads(
         reference_attention, q.double(), k.double(), v.double(), d_out, **sdpa_kwargs
     )
@@ -60,11 +77,18 @@ def assert_matches_torch(q, k, v, causal=False, scale=None):
             raise AssertionError(f"{name}: {error}") from None
 
 
-def random_qkv(batch, heads, seqlen_q, seqlen_k, head_dim, dtype=torch.float16):
-    q = torch.randn(batch, heads, seqlen_q, head_dim, dtype=dtype)
-    k = torch.randn(batch, heads, seqlen_k, head_dim, dtype=dtype)
-    v = torch.randn(batch, heads, seqlen_k, head_dim, dtype=dtype)
+def random_qkv(batch, heads, seqlen_q, seqlen_k, head_dim, dtype=torch.float16, heads_kv=None):
+    """Standard-normal q `(B, H, L, D)`, k and v `(B, H_kv, S, D)` on the device under test."""
+    heads_kv = heads if heads_kv is None else heads_kv
+    q = torch.randn(batch, heads, seqlen_q, head_dim, dtype=dtype, device=DEVICE)
+    k = torch.randn(batch, heads_kv, seqlen_k, head_dim, dtype=dtype, device=DEVICE)
+    v = torch.randn(batch, heads_kv, seqlen_k, head_dim, dtype=dtype, device=DEVICE)
     return q, k, v
+
+
+def some_key_lengths(seqlen_k):
+    """Two batches: one keeps every key, one about a third of them (at least one)."""
+    return torch.tensor([seqlen_k, max(1, seqlen_k // 3)], device=DEVICE)
 
 
 SHAPES = [
@@ -76,24 +100,92 @@ SHAPES = [
     pytest.param(16, 32, 64, id="L16-S32-D64"),
     pytest.param(19, 7, 128, id="L19-S7-D128"),
 ]
+MASKS = [
+    pytest.param({}, id="full"),
+    pytest.param({"causal": True}, id="causal"),
+    pytest.param({"causal": "bottom_right"}, id="bottom-right"),
+    pytest.param({"causal": "top_left", "window": 5}, id="window5"),
+    pytest.param({"causal": "bottom_right", "window": 9}, id="window9-bottom-right"),
+    pytest.param({"key_lengths": True}, id="key-lengths"),
+]
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("masks", MASKS)
 @pytest.mark.parametrize(("seqlen_q", "seqlen_k", "head_dim"), SHAPES)
-def test_output_and_gradients_match_torch(seqlen_q, seqlen_k, head_dim, causal):
-    assert_matches_torch(*random_qkv(1, 2, seqlen_q, seqlen_k, head_dim), causal=causal)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_output_and_gradients_match_torch(seqlen_q, seqlen_k, head_dim, masks, dtype):
+    if masks.get("key_lengths"):
+        masks = {"key_lengths": some_key_lengths(seqlen_k)}
+    assert_matches_torch(*random_qkv(2, 2, seqlen_q, seqlen_k, head_dim, dtype), **masks)
+
+
+@pytest.mark.parametrize(
+    "masks",
+    [
+        pytest.param({"causal": True}, id="causal"),
+        pytest.param({"causal": "bottom_right", "window": 6}, id="window6-bottom-right"),
+        pytest.param({"key_lengths": True}, id="key-lengths"),
+    ],
+)
+@pytest.mark.parametrize(("heads", "heads_kv"), [(4, 2), (3, 1)], ids=["gqa-4-2", "mqa-3-1"])
+def test_grouped_query_heads_match_torch(heads, heads_kv, masks):
+    # dK and dV of a key/value head sum the gradients of every query head that reads it.
+    if masks.get("key_lengths"):
+        masks = {"key_lengths": some_key_lengths(37)}
+    assert_matches_torch(*random_qkv(2, heads, 21, 37, 16, heads_kv=heads_kv), **masks)
 
 
 @given(
     seqlen_q=st.integers(1, 40),
     seqlen_k=st.integers(1, 40),
-    causal=st.booleans(),
-    head_dim=st.sampled_from([16, 32, 64]),
+    causal=st.sampled_from([False, True, "bottom_right"]),
+    window=st.one_of(st.none(), st.integers(1, 45)),
+    key_length=st.one_of(st.none(), st.integers(-2, 42)),
+    heads=st.sampled_from([(1, 1), (2, 1), (4, 2)]),
+    head_dim=st.sampled_from([16, 32]),
 )
-@settings(max_examples=30)
-def test_any_lengths_match_torch(seqlen_q, seqlen_k, causal, head_dim):
+@settings(max_examples=40)
+def test_any_lengths_and_masks_match_torch(
+    seqlen_q, seqlen_k, causal, window, key_length, heads, head_dim
+):
     torch.manual_seed(seqlen_q * 100 + seqlen_k)
-    assert_matches_torch(*random_qkv(1, 1, seqlen_q, seqlen_k, head_dim), causal=causal)
+    window = window if causal else None  # a window needs a causal alignment
+    key_lengths = None if key_length is None else torch.tensor([key_length], device=DEVICE)
+    q, k, v = random_qkv(1, heads[0], seqlen_q, seqlen_k, head_dim, heads_kv=heads[1])
+    assert_matches_torch(q, k, v, causal, window=window, key_lengths=key_lengths)
+
+
+def test_queries_without_keys_give_zeros_and_zero_gradients():
+    # Bottom-right with L = 40 > S = 9 leaves the first 31 queries no key; batch 1 has no key at all.
+    q, k, v = (x.requires_grad_() for x in random_qkv(2, 2, 40, 9, 16, heads_kv=1))
+    key_lengths = torch.tensor([9, 0], device=DEVICE)
+    out = qkv.flash_attention(q, k, v, causal="bottom_right", key_lengths=key_lengths)
+    out.backward(torch.randn_like(out))
+    zero = torch.zeros((), dtype=q.dtype, device=DEVICE)
+    assert torch.equal(out[0, :, :31], zero.expand(2, 31, 16))
+    assert torch.equal(out[1], zero.expand(2, 40, 16))
+    assert torch.equal(q.grad[0, :, :31], zero.expand(2, 31, 16))
+    assert torch.equal(q.grad[1], zero.expand(2, 40, 16))
+    assert torch.equal(k.grad[1], zero.expand(1, 9, 16))
+    assert torch.equal(v.grad[1], zero.expand(1, 9, 16))
+    assert out[0, :, 31:].abs().sum() > 0  # the queries that see keys are not zeros
+
+
+@pytest.mark.parametrize("masks", [{}, {"causal": True, "window": 8}], ids=["padding", "window"])
+def test_keys_past_key_lengths_are_never_read(masks):
+    # NaN keys and values past each batch's length: a read of any of them would spread NaN.
+    q, k, v = random_qkv(2, 2, 23, 50, 32)
+    key_lengths = torch.tensor([13, 40], device=DEVICE)
+    real = qkv.padding_mask(key_lengths, 50)[:, :, 0, :, None]  # (B, 1, 1, S) -> (B, 1, S, 1)
+    poisoned = [x.masked_fill(~real, float("nan")) for x in (k, v)]
+    d_out = torch.randn_like(q)
+    clean = run_with_grads(qkv.flash_attention, q, k, v, d_out, key_lengths=key_lengths, **masks)
+    dirty = run_with_grads(
+        qkv.flash_attention, q, *poisoned, d_out, key_lengths=key_lengths, **masks
+    )
+    for name, a, b in zip(("output", "dq", "dk", "dv"), clean, dirty, strict=True):
+        assert torch.equal(a, b), name
+    assert not clean[2].masked_select(~real).any()  # keys past the lengths get no gradient
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -115,6 +207,17 @@ def test_grid_stays_within_cuda_limits_for_many_heads():
     assert max(rest) <= 65535
 
 
+@pytest.mark.parametrize(
+    ("seqlen_q", "heights"),
+    [(1, [16]), (16, [16]), (40, [64]), (100, [64, 128]), (4096, [64, 128])],
+)
+def test_autotuner_tries_query_blocks_that_suit_the_queries(seqlen_q, heights):
+    # Decoding (1 to 16 queries) gets 16-row blocks; long sequences no block shorter than 64 rows.
+    configs = [flash.triton.Config({"BLOCK_M": m, "BLOCK_N": 64}) for m in (16, 64, 128)]
+    kept = flash._fitting_query_blocks(configs, {"seqlen_q": seqlen_q})
+    assert [config.kwargs["BLOCK_M"] for config in kept] == heights
+
+
 def test_non_contiguous_inputs_match_torch():
     # (B, N, H, D) -> (B, H, N, D), as a model that keeps heads last would pass them
     q, k, v = (x.transpose(1, 2) for x in random_qkv(1, 21, 2, 2, 16))
@@ -122,14 +225,17 @@ def test_non_contiguous_inputs_match_torch():
     assert_matches_torch(q, k, v, causal=True)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_stored_logsumexp_is_the_scores_logsumexp(causal):
+@pytest.mark.parametrize(
+    ("causal", "window"), [(False, None), (True, None), ("bottom_right", 7)], ids=str
+)
+def test_stored_logsumexp_is_the_scores_logsumexp(causal, window):
     q, k, v = random_qkv(1, 2, 23, 37, 32)
     scale = 1 / math.sqrt(32)
-    _, lse = flash._flash_forward(q, k, v, causal, scale)
+    offset = 37 - 23 if causal == "bottom_right" else 0
+    _, lse = flash._flash_forward(q, k, v, None, bool(causal), offset, window, scale)
     scores = q.double() @ k.double().transpose(-2, -1) * scale  # (B, H, L, S)
-    if causal:
-        scores = scores.masked_fill(~torch.ones(23, 37, dtype=torch.bool).tril(), float("-inf"))
+    mask = reference_mask(1, 23, 37, causal, window).to(DEVICE)
+    scores = scores.masked_fill(~mask, float("-inf"))
     torch.testing.assert_close(lse.double(), torch.logsumexp(scores, dim=-1), rtol=0, atol=2e-3)
 
 
@@ -142,6 +248,7 @@ def test_causal_is_top_left_aligned_when_query_is_longer():
     torch.testing.assert_close(out[:, :, 2:].float(), attended, rtol=0, atol=2e-3)
 
 
+@interpreter_only
 def test_bfloat16_is_refused_under_the_interpreter():
     q, k, v = random_qkv(1, 1, 4, 4, 16, dtype=torch.bfloat16)
     with pytest.raises(
@@ -150,6 +257,7 @@ def test_bfloat16_is_refused_under_the_interpreter():
         qkv.flash_attention(q, k, v)
 
 
+@interpreter_only
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
@@ -157,7 +265,7 @@ def test_bfloat16_is_refused_under_the_interpreter():
 )
 def test_interpreter_bfloat16_dot_is_still_broken():
     q, k, v = random_qkv(1, 1, 17, 17, 16, dtype=torch.bfloat16)
-    out = flash._FlashAttention.apply(q, k, v, False, 0.25)  # past the public refusal
+    out = flash.attend(q, k, v, False, 0.25, None, None)  # past the public refusal
     assert_close_to_reference(
         out, reference_attention(q, k, v, scale=0.25), torch_attention(q, k, v, scale=0.25)
     )
@@ -165,7 +273,7 @@ def test_interpreter_bfloat16_dot_is_still_broken():
 
 def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
     monkeypatch.setattr(flash, "INTERPRETED", False)
-    q, k, v = random_qkv(1, 1, 4, 4, 16)
+    q, k, v = (torch.randn(1, 1, 4, 16, dtype=torch.float16) for _ in range(3))
     with pytest.raises(ValueError, match=r"on the CPU \(1, 1, 4, 16\).*TRITON_INTERPRET=1"):
         qkv.flash_attention(q, k, v)
 
@@ -183,15 +291,16 @@ COMPILE_FOR_GPU = textwrap.dedent(
 
     assert not flash.INTERPRETED
     H100_SHARED_MEMORY = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
-    TYPES = {"LSE": "*fp32", "Delta": "*fp32", "scale": "fp32", "qk_scale": "fp32"}
+    TYPES = {"LSE": "*fp32", "Delta": "*fp32", "KeyLengths": "*i32", "scale": "fp32", "qk_scale": "fp32"}
+    TYPES |= dict.fromkeys(["seqlen_q", "seqlen_k", "offset", "window", "group"], "i32")
 
 
     def compile_for_sm90(kernel, given, dtype, num_warps=4, num_stages=3):
         constexprs = {name: given[name] for name in kernel.arg_names if name in given}
         signature = {
-            p.name: "constexpr" if p.is_constexpr else TYPES.get(p.name, dtype) for p in kernel.params
+            p.name: "constexpr" if p.name in constexprs else TYPES.get(p.name, dtype)
+            for p in kernel.params
         }
-        signature |= {name: "i32" for name in signature if name.startswith("seqlen")}
         aligned = {
             (i,): [["tt.divisibility", 16]]
             for i, p in enumerate(kernel.params)
@@ -213,9 +322,11 @@ COMPILE_FOR_GPU = textwrap.dedent(
         (flash._backward_dkdv_kernel, {"BLOCK_M": 32, "BLOCK_N": 64}),
         (flash._backward_dq_kernel, {"BLOCK_M": 64, "BLOCK_N": 32}),
     ]
+    PLAIN = {"CAUSAL": False, "WINDOW": False, "KeyLengths": None}  # no key lengths: a None constant
+    EVERY_MASK = {"CAUSAL": True, "WINDOW": True}  # and a KeyLengths pointer
     for kernel, constants in KERNELS:
-        for causal in (False, True):
-            compile_for_sm90(kernel, {"HEAD_DIM": 64, "CAUSAL": causal, **constants}, "*bf16")
+        for masks in (PLAIN, EVERY_MASK) if "KeyLengths" in kernel.arg_names else ({},):
+            compile_for_sm90(kernel, {"HEAD_DIM": 64, **masks, **constants}, "*bf16")
 
     # Every tile size the autotuner may try, at the largest head size and its deepest pipeline (the most
     # shared memory): a config that does not fit is skipped by the autotuner, but if none fits, the launch fails.
@@ -223,7 +334,7 @@ COMPILE_FOR_GPU = textwrap.dedent(
         by_stages = sorted(tuned.configs, key=lambda config: config.num_stages)
         deepest = {tuple(config.kwargs.items()): config for config in by_stages}.values()
         for config in deepest:
-            given = {"HEAD_DIM": 128, "CAUSAL": True, **config.kwargs}
+            given = {"HEAD_DIM": 128, "CAUSAL": True, "WINDOW": True, **config.kwargs}
             compile_for_sm90(tuned.fn, given, "*fp16", config.num_warps, config.num_stages)
     """
 )
@@ -232,6 +343,7 @@ COMPILE_FOR_GPU = textwrap.dedent(
 def test_kernels_compile_for_a_gpu():
     """The interpreter skips GPU compilation; this catches what only the compiler rejects."""
     env = os.environ | {"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    env["QKV_FLASH_AUTOTUNE"] = "1"  # every configuration the autotuner may try
     result = subprocess.run(
         [sys.executable, "-c", COMPILE_FOR_GPU],
         env=env,
@@ -243,7 +355,7 @@ def test_kernels_compile_for_a_gpu():
 
 
 def half(*size):
-    return torch.randn(*size, dtype=torch.float16)
+    return torch.randn(*size, dtype=torch.float16, device=DEVICE)
 
 
 BAD_INPUTS = [
@@ -290,7 +402,7 @@ BAD_INPUTS = [
         ),
         {},
         ValueError,
-        r"q and v are on different devices: q cpu vs v meta",
+        r"q and v are on different devices: q \S+ vs v meta",
         id="device-mismatch",
     ),
     pytest.param(
@@ -304,8 +416,22 @@ BAD_INPUTS = [
         (half(2, 4, 5, 64), half(2, 3, 5, 64), half(2, 3, 5, 64)),
         {},
         ValueError,
-        r"disagree on batch and heads \(B, H\): q \(2, 4, 5, 64\), k \(2, 3, 5, 64\)",
-        id="heads",
+        r"same number of heads H_kv, dividing q's H .*: q \(2, 4, 5, 64\), k \(2, 3, 5, 64\)",
+        id="heads-do-not-divide",
+    ),
+    pytest.param(
+        (half(2, 4, 5, 64), half(2, 2, 5, 64), half(2, 1, 5, 64)),
+        {},
+        ValueError,
+        r"same number of heads H_kv.*k \(2, 2, 5, 64\), v \(2, 1, 5, 64\)",
+        id="k-and-v-heads-differ",
+    ),
+    pytest.param(
+        (half(2, 4, 5, 64), half(1, 4, 5, 64), half(1, 4, 5, 64)),
+        {},
+        ValueError,
+        r"disagree on the batch size B: q \(2, 4, 5, 64\), k \(1, 4, 5, 64\)",
+        id="batch",
     ),
     pytest.param(
         (half(1, 2, 5, 32), half(1, 2, 5, 64), half(1, 2, 5, 64)),
@@ -341,6 +467,69 @@ BAD_INPUTS = [
         TypeError,
         r"scale must be a number or None, got str",
         id="scale-str",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"causal": "top_right"},
+        ValueError,
+        r"causal must be False, True or one of \('top_left', 'bottom_right'\), got 'top_right'",
+        id="unknown-alignment",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"causal": 1},
+        TypeError,
+        r"causal must be a bool or one of .*, got int",
+        id="causal-int",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"causal": True, "window": 0},
+        ValueError,
+        r"window must be at least 1, got 0",
+        id="window-0",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"causal": True, "window": 2.0},
+        TypeError,
+        r"window must be an int or None, got float",
+        id="window-float",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"window": 3},
+        ValueError,
+        r"window=3 needs a causal alignment: pass causal=True",
+        id="window-without-causal",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"key_lengths": [4, 4]},
+        TypeError,
+        r"key_lengths must be a tensor or None, got list",
+        id="key-lengths-list",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"key_lengths": torch.tensor([4.0, 4.0])},
+        TypeError,
+        r"key_lengths must be an integer tensor, got dtype torch.float32",
+        id="key-lengths-float",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"key_lengths": torch.tensor([4, 4, 4])},
+        ValueError,
+        r"key_lengths must be \(B,\) = \(2,\), one length per batch, got \(3,\)",
+        id="key-lengths-shape",
+    ),
+    pytest.param(
+        (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
+        {"key_lengths": torch.tensor([4, 4], device="meta")},
+        ValueError,
+        r"key_lengths is on meta but the queries are on",
+        id="key-lengths-device",
     ),
 ]
 

@@ -2,22 +2,38 @@
 
 Paths measured:
 
-- `reference`: `qkv.scaled_dot_product_attention`, the explicit formula;
-- `torch-math`, `torch-flash`, `torch-efficient`, `torch-cudnn`: `torch.nn.functional.scaled_dot_product_attention`
-  with one backend forced by `torch.nn.attention.sdpa_kernel`;
-- `qkv-flash`: `qkv.flash_attention`, the package's Triton kernels (CUDA only: the interpreter's timings would
-  mean nothing).
+- `reference`: `qkv.attention(backend="reference")`, the explicit formula;
+- `torch`: `qkv.attention(backend="torch")`, torch's `scaled_dot_product_attention` choosing its own backend:
+  what `backend="auto"` falls back to;
+- `torch-math`, `torch-flash`, `torch-efficient`, `torch-cudnn`: the same with one torch backend forced by
+  `torch.nn.attention.sdpa_kernel`;
+- `qkv-flash`: `qkv.attention(backend="triton")`, the package's Triton kernels (CUDA only: the interpreter's
+  timings would mean nothing).
 
-A path that cannot run a case is recorded, not dropped: status `unsupported` (no kernel for these inputs, with
-torch's or qkv's reason) or `oom`. Shapes follow the FlashAttention papers: `batch * N` = `--tokens` and
-`heads * D` = `--hidden`. FLOPs count the two matrix products, `4 * B * H * N^2 * D`, halved when causal;
-the backward pass counts 2.5 times the forward. On CUDA each case is timed by `triton.testing.do_bench`
-(median) after a first call that compiles and autotunes; on CPU by `torch.utils.benchmark` (median of
-blocked runs), where peak memory is not measured.
+Masks other than top-left causal reach torch as the boolean mask `qkv.attention` builds for them. Suites:
 
-The JSON report (`--out`) holds the device, its clocks where `nvidia-smi` reports them, the versions of
-Python, torch, Triton and cuDNN, the platform and the UTC date beside the numbers. `--plot DIR` draws one PNG of
-TFLOP/s against N per (mode, dtype, head size, causal).
+- `square`: L = S = `--n`, `batch * N` = `--tokens`, `heads * D` = `--hidden`, full and causal (`--causal`);
+- `decode`: 1, 4 and 16 queries against 4k to 128k cached keys, bottom-right causal, forward only;
+- `gqa`: 32 query heads sharing 8 key/value heads, causal at 4k and 16k, and decoding 16 queries on 32k keys;
+- `window`: a 4k sliding window over 64k keys, causal;
+- `padding`: four sequences of 4k or 16k padded keys, keeping all, 3/4, 1/2 and 1/4 of them (`key_lengths`);
+- `long`: causal at 128k, one sequence, to show memory linear in N.
+
+Before timing, each case's output is checked against the float32 reference on a block of query rows (the
+first rows, or the last where the mask is aligned bottom-right or L = S), with the tests' rule: at most twice
+torch's own error in the same dtype (`torch` path) plus 1e-5; a case that fails is recorded as `wrong`, not
+timed. A path that cannot run a case is recorded, not dropped: status `unsupported` (no kernel for these
+inputs, with torch's or qkv's reason) or `oom`. FLOPs count the two matrix products for the query-key pairs
+the mask keeps, `4 * B * H * D * pairs` (`4 B H N^2 D` unmasked, about half that causal); the backward pass
+counts 2.5 times the forward. On CUDA each case is timed by `triton.testing.do_bench` (median) after a first
+call that compiles and autotunes; on CPU by `torch.utils.benchmark` (median of blocked runs), where peak
+memory is not measured.
+
+The JSON report (`--out`, rewritten after every case) holds the device, its clocks where `nvidia-smi`
+reports them, the versions of Python, torch, Triton and cuDNN, the platform and the UTC date beside the
+numbers. `--plot DIR` draws one PNG of TFLOP/s against N per (mode, dtype, head size, causal) of the square
+suite. `--table FILE` adds the `qkv-flash` and `torch` times of every case to the measured table that
+`qkv.attention`'s `"auto"` reads (`qkv/kernels/measured.json`).
 
 Usage: `python -m qkv.bench --help`; on a CPU host, e.g. `python -m qkv.bench --device cpu --n 128 256`.
 """
@@ -26,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import importlib.metadata
 import json
@@ -34,17 +51,15 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from qkv.functional import scaled_dot_product_attention
-from qkv.kernels import flash_attention
+from qkv.dispatch import attention, call_kind
+from qkv.kernels import tiles
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,63 +70,94 @@ TORCH_BACKENDS = {
     "torch-efficient": SDPBackend.EFFICIENT_ATTENTION,
     "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
 }
-PATHS = ("reference", *TORCH_BACKENDS, "qkv-flash")
+PATHS = ("reference", "torch", *TORCH_BACKENDS, "qkv-flash")
 MODES = ("forward", "forward+backward")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SUITES = ("square", "decode", "gqa", "window", "padding", "long")
 BACKWARD_FLOPS_FACTOR = 2.5  # the backward pass does 2.5 times the forward's matrix-product FLOPs
+CHECKED_ROWS = 64  # query rows compared with the reference before timing
 
-Attention = Callable[[Tensor, Tensor, Tensor, bool], Tensor]
+Attention = Callable[..., Tensor]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Case:
-    """One measurement: a path on one shape, dtype and mode."""
+    """One measurement: a path on one shape, dtype, mask and mode."""
 
     path: str
     mode: str
     dtype: str
     head_dim: int
-    causal: bool
-    n: int
+    causal: bool | str  # False, "top_left" or "bottom_right"
+    seqlen_q: int
+    seqlen_k: int
     batch: int
     heads: int
+    heads_kv: int
+    window: int | None = None
+    padded: bool = False  # batch b keeps (B - b) / B of the keys (key_lengths)
+    suite: str = "square"
+
+
+def key_lengths(case: Case) -> list[int] | None:
+    """The keys each batch keeps when `padded`: all, then (B - 1) / B, ..., 1 / B of them."""
+    if not case.padded:
+        return None
+    return [case.seqlen_k * (case.batch - b) // case.batch for b in range(case.batch)]
+
+
+def kept_pairs(case: Case) -> int:
+    """How many (query, key) pairs the case's mask keeps, summed over the batch (one head)."""
+    offset = case.seqlen_k - case.seqlen_q if case.causal == "bottom_right" else 0
+    lengths = key_lengths(case) or [case.seqlen_k] * case.batch
+    pairs = 0
+    for kv_len in lengths:
+        for row in range(case.seqlen_q):
+            lo, _, hi, _ = tiles.key_bounds(
+                row, row, kv_len, offset, case.window, bool(case.causal), case.window is not None
+            )
+            pairs += max(0, hi - lo)
+    return pairs
 
 
 def attention_flops(case: Case) -> float:
-    """Matrix-product FLOPs of one call: `4 B H N^2 D`, halved when causal, times 3.5 with the backward."""
-    flops = 4 * case.batch * case.heads * case.n**2 * case.head_dim
-    if case.causal:
-        flops /= 2
+    """Matrix-product FLOPs of one call: `4 H D` per kept pair, times 3.5 with the backward."""
+    flops = 4 * case.heads * case.head_dim * kept_pairs(case)
     if case.mode == "forward+backward":
         flops *= 1 + BACKWARD_FLOPS_FACTOR
     return flops
 
 
 def attention_function(path: str) -> Attention:
-    """`(q, k, v, causal) -> output` for a path, with its torch backend forced where it has one."""
-    if path == "reference":
-        return lambda q, k, v, causal: scaled_dot_product_attention(q, k, v, is_causal=causal)
+    """`(q, k, v, **mask options) -> output` for a path, with its torch backend forced where it has one."""
+    if path in ("reference", "torch"):
+        return lambda q, k, v, **masks: attention(q, k, v, backend=path, **masks)
     if path == "qkv-flash":
-        return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
+        return lambda q, k, v, **masks: attention(q, k, v, backend="triton", **masks)
     backend = TORCH_BACKENDS[path]
 
-    def forced(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    def forced(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return attention(q, k, v, backend="torch", **masks)
 
     return forced
 
 
 def measure(case: Case, device: torch.device) -> dict:
-    """Time one case; return its fields with `status`, `ms`, `tflops`, `peak_memory_bytes` and `reason`."""
-    record = {**asdict(case), "status": "ok", "ms": None, "tflops": None}
-    record |= {"peak_memory_bytes": None, "reason": None}
+    """Check and time one case; return its fields with `status`, `ms`, `tflops`, memory and `reason`."""
+    record = {**dataclasses.asdict(case), "status": "ok", "ms": None, "tflops": None}
+    record |= {"peak_memory_bytes": None, "reason": None, "error": None, "allowed_error": None}
     if case.path == "qkv-flash" and device.type != "cuda":
         return record | {"status": "unsupported", "reason": "needs CUDA"}
     try:
         with _warnings_as_reason() as reasons:
-            call = _make_call(case, device)
-            call()  # compiles, autotunes, and fails early on inputs a backend cannot take
+            inputs = _inputs(case, device)
+            record["error"], record["allowed_error"] = check_output(case, *inputs)
+            if not record["error"] <= record["allowed_error"]:
+                reason = "output differs from the reference by more than twice torch's own error"
+                return record | {"status": "wrong", "reason": reason}
+            call = _make_call(case, *inputs)
+            call()  # compiles, autotunes
             if device.type == "cuda":
                 record["peak_memory_bytes"] = _cuda_peak_memory(call)
                 record["ms"] = _time_cuda(call)
@@ -135,28 +181,74 @@ def measure(case: Case, device: torch.device) -> dict:
     return record
 
 
-def _make_call(case: Case, device: torch.device) -> Callable[[], None]:
-    """A no-argument function that runs the case once (forward, or forward and backward)."""
+def _inputs(case: Case, device: torch.device) -> tuple[Tensor, Tensor, Tensor, dict]:
+    """Seeded q `(B, H, L, D)`, k and v `(B, H_kv, S, D)`, and the mask options of `attention`."""
     generator = torch.Generator(device=device).manual_seed(0)
-    shape = (case.batch, case.heads, case.n, case.head_dim)
     dtype = DTYPES[case.dtype]
-    backward = case.mode == "forward+backward"
-    q, k, v = (
-        torch.randn(shape, device=device, dtype=dtype, generator=generator).requires_grad_(backward)
-        for _ in range(3)
+    q = torch.randn(
+        (case.batch, case.heads, case.seqlen_q, case.head_dim),
+        device=device,
+        dtype=dtype,
+        generator=generator,
     )
-    d_out = torch.randn(shape, device=device, dtype=dtype, generator=generator)
+    k, v = (
+        torch.randn(
+            (case.batch, case.heads_kv, case.seqlen_k, case.head_dim),
+            device=device,
+            dtype=dtype,
+            generator=generator,
+        )
+        for _ in range(2)
+    )
+    lengths = key_lengths(case)
+    masks = {
+        "is_causal": case.causal,
+        "window": case.window,
+        "key_lengths": None if lengths is None else torch.tensor(lengths, device=device),
+        "enable_gqa": case.heads != case.heads_kv,
+    }
+    return q, k, v, masks
+
+
+def check_output(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> tuple[float, float]:
+    """The case's error on a block of query rows against float32, and the error it is allowed.
+
+    The block is the first `CHECKED_ROWS` rows (the same mask as `(rows, S)`, top-left), or the last ones
+    where the mask is aligned bottom-right or L = S (the same mask as `(rows, S)` bottom-right).
+    """
+    rows = min(CHECKED_ROWS, case.seqlen_q)
+    last = case.causal == "bottom_right" or case.seqlen_q == case.seqlen_k
+    block = slice(case.seqlen_q - rows, None) if last else slice(0, rows)
+    causal = "bottom_right" if last and case.causal else case.causal
+    q_block = q[:, :, block]
+    with torch.no_grad():
+        out = attention_function(case.path)(q, k, v, **masks)[:, :, block].float()
+        block_masks = masks | {"is_causal": causal}
+        expected = attention(
+            q_block.float(), k.float(), v.float(), backend="reference", **block_masks
+        )
+        torch_own = attention(q_block, k, v, backend="torch", **block_masks).float()
+    error = (out - expected).abs().max().item()
+    allowed = 2 * (torch_own - expected).abs().max().item() + 1e-5
+    return error, allowed
+
+
+def _make_call(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> Callable[[], None]:
+    """A no-argument function that runs the case once (forward, or forward and backward)."""
+    backward = case.mode == "forward+backward"
+    q, k, v = (x.requires_grad_(backward) for x in (q, k, v))
+    d_out = torch.randn_like(q)
     attention = attention_function(case.path)
 
     def call() -> None:
         if backward:
-            attention(q, k, v, case.causal).backward(d_out)
+            attention(q, k, v, **masks).backward(d_out)
             # Drop the gradients: the next call must not accumulate into them, and memory measured
             # from before a call must not count the previous call's gradients as already there.
             q.grad = k.grad = v.grad = None
         else:
             with torch.no_grad():
-                attention(q, k, v, case.causal)
+                attention(q, k, v, **masks)
 
     return call
 
@@ -255,57 +347,137 @@ def _nvidia_smi_clocks() -> dict | None:
 
 
 def cases(args: argparse.Namespace) -> list[Case]:
-    """Every combination asked for on the command line, in the order they are measured."""
+    """Every case of the suites asked for on the command line, in the order they are measured."""
     return [
-        Case(
-            path,
-            mode,
-            dtype,
-            head_dim,
-            causal,
-            n,
-            max(1, args.tokens // n),
-            args.hidden // head_dim,
-        )
-        for mode in args.mode
+        Case(path, mode, dtype, head_dim, **shape, suite=suite)
+        for suite in args.suite
         for dtype in args.dtype
         for head_dim in args.head_dim
-        for causal in args.causal
-        for n in args.n
+        for shape, modes in _shapes(suite, head_dim, args)
+        for mode in args.mode
+        if mode in modes
         for path in args.paths
     ]
 
 
-def run(args: argparse.Namespace, progress: TextIO | None = sys.stderr) -> dict:
-    """Measure every case, with a progress line on `progress`; return the report (environment + results)."""
+def _shapes(suite: str, head_dim: int, args: argparse.Namespace) -> Iterator[tuple[dict, tuple]]:
+    """The shapes and masks of one suite, as `Case` fields, each with the modes it is measured in."""
+    heads = args.hidden // head_dim
+    if suite == "square":
+        for causal in args.causal:
+            for n in args.n:
+                batch = max(1, args.tokens // n)
+                yield _shape(n, n, batch, heads, heads, causal=causal), MODES
+    elif suite == "decode":
+        for seqlen_k in (4096, 16384, 65536, 131072):
+            for seqlen_q in (1, 4, 16):
+                yield _shape(seqlen_q, seqlen_k, 4, heads, heads, "bottom_right"), ("forward",)
+    elif suite == "gqa":
+        for n in (4096, 16384):
+            yield _shape(n, n, max(1, args.tokens // n), 32, 8, causal="top_left"), MODES
+        yield _shape(16, 32768, 4, 32, 8, causal="bottom_right"), ("forward",)
+    elif suite == "window":
+        yield _shape(65536, 65536, 1, heads, heads, "top_left", window=4096), MODES
+    elif suite == "padding":
+        for n in (4096, 16384):
+            yield _shape(n, n, 4, heads, heads, padded=True), MODES
+    elif suite == "long":
+        yield _shape(131072, 131072, 1, heads, heads, causal="top_left"), MODES
+
+
+def _shape(seqlen_q, seqlen_k, batch, heads, heads_kv, causal=False, **more) -> dict:
+    fields = {"causal": causal, "seqlen_q": seqlen_q, "seqlen_k": seqlen_k, "batch": batch}
+    return fields | {"heads": heads, "heads_kv": heads_kv, **more}
+
+
+def run(
+    args: argparse.Namespace,
+    progress: TextIO | None = sys.stderr,
+    on_result: Callable[[dict], None] | None = None,
+) -> dict:
+    """Measure every case, with a progress line on `progress`; return the report (environment + results).
+
+    `on_result(report)` is called after every case with the report so far (to save it as it grows).
+    """
     device = torch.device(args.device)
     todo = cases(args)
-    results = []
+    report = {"environment": environment(device), "arguments": vars(args), "results": []}
     # do_bench, the memory statistics and Triton's launches all use the current CUDA device.
     current = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with current:
         for index, case in enumerate(todo, start=1):
             if progress:
-                label = f"{case.path} {case.mode} {case.dtype} D={case.head_dim} N={case.n}"
-                label += " causal" if case.causal else ""
-                print(f"\r[{index:>3}/{len(todo)}] {label:<60}", end="", file=progress, flush=True)
-            results.append(measure(case, device))
+                label = f"{case.suite} {case.path} {case.mode} {case.dtype} D={case.head_dim}"
+                label += f" L={case.seqlen_q} S={case.seqlen_k}"
+                print(f"\r[{index:>3}/{len(todo)}] {label:<72}", end="", file=progress, flush=True)
+            report["results"].append(measure(case, device))
+            if on_result:
+                on_result(report)
     if progress:
         print(file=progress)
-    return {"environment": environment(device), "arguments": vars(args), "results": results}
+    return report
 
 
-def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool) -> Figure:
-    """TFLOP/s against N for one configuration, a line per path that ran; device and date in the title."""
+def dispatch_table(report: dict) -> list[dict]:
+    """The cases that both `torch` and `qkv-flash` ran, as `qkv.dispatch` reads them (`measured.json`)."""
+    times: dict[Case, dict[str, float]] = {}
+    for record in report["results"]:
+        if record["path"] in ("torch", "qkv-flash") and record["status"] == "ok":
+            case = Case(**{field.name: record[field.name] for field in dataclasses.fields(Case)})
+            times.setdefault(dataclasses.replace(case, path="both"), {})[case.path] = record["ms"]
+    env = report["environment"]
+    return [_table_entry(case, ms, env) for case, ms in times.items() if len(ms) == 2]
+
+
+def _table_entry(case: Case, ms: dict[str, float], env: dict) -> dict:
+    """One measured case: the GPU, what `call_kind` compares, the shape, both times, the versions."""
+
+    def meta(heads: int, length: int) -> Tensor:  # (B, heads, length, D), no storage
+        shape = (case.batch, heads, length, case.head_dim)
+        return torch.empty(shape, dtype=DTYPES[case.dtype], device="meta")
+
+    padded = torch.empty(case.batch, device="meta") if case.padded else None
+    backward = case.mode == "forward+backward"
+    q, k = meta(case.heads, case.seqlen_q), meta(case.heads_kv, case.seqlen_k)
+    kind = call_kind(q, k, case.causal, case.window, padded, backward)
+    shape = {"seqlen_q": case.seqlen_q, "seqlen_k": case.seqlen_k, "batch": case.batch}
+    shape |= {"heads": case.heads, "heads_kv": case.heads_kv}
+    versions = {name: env[name] for name in ("date_utc", "torch", "triton", "cudnn")}
+    times = {"triton_ms": ms["qkv-flash"], "torch_ms": ms["torch"]}
+    return {"device_name": env["device_name"], **kind, **shape, **times, **versions}
+
+
+def write_table(report: dict, path: Path) -> None:
+    """Add the report's measured cases to the table at `path`, replacing earlier ones of the same case."""
+    new = dispatch_table(report)
+    about = "Times of qkv.attention's triton and torch backends, measured by python -m qkv.bench --table."
+    table = {"about": about, "cases": []}
+    if path.exists():
+        table = json.loads(path.read_text(encoding="utf-8"))
+    identity = ("device_name", "dtype", "head_dim", "causal", "window", "key_lengths", "grouped")
+    identity += ("mode", "seqlen_q", "seqlen_k")
+
+    def same(case: dict) -> tuple:
+        return tuple(case[name] for name in identity)
+
+    replaced = {same(case) for case in new}
+    table["cases"] = [case for case in table["cases"] if same(case) not in replaced] + new
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+
+
+def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool | str) -> Figure:
+    """TFLOP/s against N for one square configuration, a line per path that ran; device and date in the title."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.subplots()
     for path in PATHS:
         points = [
-            (record["n"], record["tflops"])
+            (record["seqlen_k"], record["tflops"])
             for record in report["results"]
-            if (record["path"], record["mode"], record["dtype"]) == (path, mode, dtype)
+            if record["suite"] == "square"
+            and (record["path"], record["mode"], record["dtype"]) == (path, mode, dtype)
             and (record["head_dim"], record["causal"]) == (head_dim, causal)
             and record["tflops"]
         ]
@@ -326,10 +498,12 @@ def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool) -> Fi
 
 
 def plot(report: dict, directory: Path) -> list[Path]:
-    """One PNG per (mode, dtype, head size, causal) measured, drawn by `draw`; return their paths."""
+    """One PNG per (mode, dtype, head size, causal) of the square suite, drawn by `draw`; their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     configurations = dict.fromkeys(
-        (r["mode"], r["dtype"], r["head_dim"], r["causal"]) for r in report["results"]
+        (r["mode"], r["dtype"], r["head_dim"], r["causal"])
+        for r in report["results"]
+        if r["suite"] == "square"
     )
     written = []
     for mode, dtype, head_dim, causal in configurations:
@@ -351,7 +525,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--n",
         type=int,
         nargs="+",
-        help="sequence lengths (default 512 .. 16384 on CUDA, 128 256 on CPU)",
+        help="square suite: sequence lengths (default 512 .. 16384 on CUDA, 128 256 on CPU)",
     )
     parser.add_argument("--head-dim", type=int, nargs="+", default=[64, 128], help="head sizes D")
     parser.add_argument("--dtype", nargs="+", choices=DTYPES, default=["bf16", "fp16"])
@@ -360,20 +534,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         choices=["no", "yes"],
         default=["no", "yes"],
-        help="measure without and/or with the causal mask",
+        help="square suite: without and/or with the causal mask",
     )
+    parser.add_argument("--suite", nargs="+", choices=SUITES, default=["square"], help="shapes")
     parser.add_argument("--mode", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument(
         "--tokens",
         type=int,
-        help="batch * N (default 16384 on CUDA, 512 on CPU; batch is at least 1)",
+        help="square and gqa suites: batch * N (default 16384 on CUDA, 512 on CPU; batch >= 1)",
     )
     parser.add_argument(
         "--hidden", type=int, help="heads * D (default 2048 on CUDA, 256 on CPU; must divide by D)"
     )
     parser.add_argument("--out", type=Path, default=Path("results.json"), help="JSON report")
-    parser.add_argument("--plot", type=Path, help="directory for one PNG per configuration")
+    parser.add_argument("--plot", type=Path, help="directory for one PNG per square configuration")
+    parser.add_argument(
+        "--table", type=Path, help="measured table for auto (qkv/kernels/measured.json)"
+    )
     args = parser.parse_args(argv)
     on_cuda = args.device.startswith("cuda")
     if on_cuda and not cuda:
@@ -385,17 +563,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(
             f"--hidden {args.hidden} must be a multiple of every --head-dim {args.head_dim}"
         )
-    args.causal = [answer == "yes" for answer in args.causal]
+    args.causal = [{"no": False, "yes": "top_left"}[answer] for answer in args.causal]
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark from the command line; write the JSON report and, if asked, the plots."""
+    """Run the benchmark from the command line; write the JSON report and, if asked, plots and table."""
     args = parse_args(argv)
-    report = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+
+    def save(report: dict) -> None:  # after every case: a run cut short keeps what it measured
+        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        if args.table:
+            write_table(report, args.table)
+
+    report = run(args, on_result=save)
+    save(report)
+    print(f"wrote {args.out}" + (f" and {args.table}" if args.table else ""), file=sys.stderr)
     if args.plot:
         for path in plot(report, args.plot):
             print(f"wrote {path}", file=sys.stderr)

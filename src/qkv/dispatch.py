@@ -1,34 +1,43 @@
-"""One entry point for attention that picks the fastest implementation that applies.
+"""One entry point for attention that runs each call on the backend measured fastest for it.
 
 Backends:
 
-- `"triton"`: the package's FlashAttention kernel (`qkv.kernels.flash_attention`), on CUDA, for fp16/bf16
-  `(B, H, N, D)` inputs with a head size of 16, 32, 64 or 128, no `attn_mask` and no dropout (asked for by
-  name, it also runs on CPU tensors under Triton's interpreter, `TRITON_INTERPRET=1`: slowly, in fp16 only,
-  for testing);
-- `"torch"`: `torch.nn.functional.scaled_dot_product_attention`, everything else;
+- `"triton"`: the package's FlashAttention kernels (`qkv.flash_attention`), for the inputs that
+  `qkv.kernels.contract` states: fp16/bf16 `(B, H, L, D)` with `D` in 16, 32, 64, 128, grouped key/value
+  heads, masks given as `is_causal`, `window` and `key_lengths`, no `attn_mask`, no dropout; on CUDA (asked
+  for by name, also on CPU tensors under Triton's interpreter, `TRITON_INTERPRET=1`: slowly, for testing);
+- `"torch"`: `torch.nn.functional.scaled_dot_product_attention`; a bottom-right alignment, `window` and
+  `key_lengths` become a boolean mask, built by `qkv.masks`;
 - `"reference"`: the package's explicit formula, `qkv.scaled_dot_product_attention`, on request only.
+
+`"auto"` picks triton where the kernels take the call, on CUDA, and where they were measured faster than
+torch on this GPU model: `qkv/kernels/measured.json` holds both backends' times, written by
+`benchmarks/gpu.sh` (`python -m qkv.bench --table`). A call takes the winner of the measured case of its kind
+(`call_kind`: dtype, head size, mask options, grouped heads, forward or forward+backward) nearest to it in
+`log L + log S`. Where this GPU model has no case of that kind, auto picks torch.
 
 `select_backend` says which one a call would use; `attention` logs its choice at DEBUG level on the `qkv`
 logger.
 """
 
-import importlib.util
+import functools
+import importlib.resources
+import json
 import logging
-import os
+import math
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qkv._checks import check_attention_inputs
+from qkv._checks import check_attention_inputs, shape
 from qkv.functional import scaled_dot_product_attention
-from qkv.masks import causal_mask
+from qkv.kernels.contract import Causal, alignment, check_kernel_inputs, check_masks
+from qkv.masks import Alignment, causal_mask, padding_mask, sliding_window_mask
 
 Backend = Literal["auto", "triton", "torch", "reference"]
 BACKENDS = ("auto", "triton", "torch", "reference")
-TRITON_HEAD_DIMS = (16, 32, 64, 128)
 
 logger = logging.getLogger("qkv")
 
@@ -40,6 +49,12 @@ def select_backend(
     attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     backend: Backend = "auto",
+    *,
+    is_causal: Causal = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    window: int | None = None,
+    key_lengths: Tensor | None = None,
 ) -> str:
     """The backend `attention` uses for these inputs: `backend` itself unless it is `"auto"`.
 
@@ -50,6 +65,11 @@ def select_backend(
         attn_mask: bool (True = may attend) or float (added), broadcastable to `(..., L, S)`.
         dropout_p: probability of zeroing each attention weight.
         backend: `"auto"`, `"triton"`, `"torch"` or `"reference"`.
+        is_causal: False, True, `"top_left"` or `"bottom_right"`, as for `attention`.
+        scale: multiplies the scores; `1 / sqrt(E)` when None.
+        enable_gqa: let each key/value head serve a group of query heads.
+        window: how many recent keys each query sees, as for `attention`.
+        key_lengths: `(B,)` integer tensor, as for `attention`.
 
     Returns:
         `"triton"`, `"torch"` or `"reference"`.
@@ -58,32 +78,12 @@ def select_backend(
         TypeError, ValueError: inputs `attention` rejects, an unknown backend, or `"triton"` asked for
             inputs it cannot take.
     """
-    check_attention_inputs(query, key, value, attn_mask, False, None, False, dropout_p)
-    return _select(query, key, value, attn_mask, dropout_p, backend)
-
-
-def _select(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    backend: Backend,
-) -> str:
-    """`select_backend` without the checks, for `attention`, which made them."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    fits_triton = _fits_triton(query, key, value, attn_mask, dropout_p)
-    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    if backend == "triton" and not (fits_triton and (query.is_cuda or interpreted)):
-        raise ValueError(
-            "the triton backend needs fp16/bf16 (B, H, N, D) inputs on CUDA (or TRITON_INTERPRET=1) with D in "
-            f"{TRITON_HEAD_DIMS}, no attn_mask and no dropout; got query {tuple(query.shape)} "
-            f"{query.dtype} on {query.device}"
-        )
-    if backend != "auto":
-        return backend
-    return "triton" if fits_triton and query.is_cuda else "torch"
+    _check(
+        query, key, value, attn_mask, is_causal, scale, dropout_p, enable_gqa, window, key_lengths
+    )
+    return _select(
+        query, key, value, attn_mask, dropout_p, backend, is_causal, scale, window, key_lengths
+    )
 
 
 def attention(
@@ -91,31 +91,55 @@ def attention(
     key: Tensor,
     value: Tensor,
     attn_mask: Tensor | None = None,
-    is_causal: bool = False,
+    is_causal: Causal = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
     backend: Backend = "auto",
+    *,
+    enable_gqa: bool = False,
+    window: int | None = None,
+    key_lengths: Tensor | None = None,
 ) -> Tensor:
-    """Scaled dot-product attention by the best backend that applies (see `select_backend`).
+    """Scaled dot-product attention by the backend that applies and measured fastest (see `select_backend`).
 
     Args:
-        query: `(..., L, E)`; `(B, H, L, E)` for the triton backend.
-        key: `(..., S, E)`.
+        query: `(..., L, E)`; `(B, H, L, E)` for the triton backend and with `key_lengths`.
+        key: `(..., S, E)`; with `enable_gqa`, its heads (dim -3) may divide the query's.
         value: `(..., S, Ev)`.
         attn_mask: bool (True = may attend) or float (added), broadcastable to `(..., L, S)`.
-        is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
+        is_causal: False; True or `"top_left"` lets query `i` attend keys `j <= i` (torch's `is_causal`);
+            `"bottom_right"` keys `j <= i + S - L` (new queries against cached keys).
         scale: multiplies the scores; `1 / sqrt(E)` when None.
         dropout_p: probability of zeroing each attention weight.
         backend: `"auto"`, `"triton"`, `"torch"` or `"reference"`.
+        enable_gqa: let each key/value head serve a group of query heads (grouped-query attention).
+        window: each query also sees only the `window` most recent keys it may see; needs `is_causal`.
+        key_lengths: `(B,)` integer tensor; in batch `b`, keys `j >= key_lengths[b]` are masked.
 
     Returns:
-        `(..., L, Ev)`, the same whichever backend computes it (up to rounding).
+        `(..., L, Ev)`, the same whichever backend computes it (up to rounding); zeros for a query that may
+        attend no key.
 
     Raises:
-        TypeError, ValueError: as `qkv.scaled_dot_product_attention`, or a backend that cannot take the inputs.
+        TypeError, ValueError: as `qkv.scaled_dot_product_attention` and `qkv.flash_attention` for the
+            mask options, `attn_mask` together with `key_lengths`, or a backend that cannot take the inputs.
     """
-    check_attention_inputs(query, key, value, attn_mask, is_causal, scale, False, dropout_p)
-    return _attention(query, key, value, attn_mask, is_causal, scale, dropout_p, backend)
+    _check(
+        query, key, value, attn_mask, is_causal, scale, dropout_p, enable_gqa, window, key_lengths
+    )
+    return _attention(
+        query,
+        key,
+        value,
+        attn_mask,
+        is_causal,
+        scale,
+        dropout_p,
+        backend,
+        enable_gqa=enable_gqa,
+        window=window,
+        key_lengths=key_lengths,
+    )
 
 
 def _attention(
@@ -123,21 +147,36 @@ def _attention(
     key: Tensor,
     value: Tensor,
     attn_mask: Tensor | None = None,
-    is_causal: bool = False,
+    is_causal: Causal = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
     backend: Backend = "auto",
+    *,
+    enable_gqa: bool = False,
+    window: int | None = None,
+    key_lengths: Tensor | None = None,
 ) -> Tensor:
     """`attention` without the input checks, for callers that made them."""
-    chosen = _select(query, key, value, attn_mask, dropout_p, backend)
+    chosen = _select(
+        query, key, value, attn_mask, dropout_p, backend, is_causal, scale, window, key_lengths
+    )
     logger.debug("attention: %s backend for query %s %s", chosen, tuple(query.shape), query.dtype)
     if chosen == "triton":
-        from qkv.kernels import flash_attention
+        from qkv.kernels.flash import attend
 
-        return flash_attention(query, key, value, causal=is_causal, scale=scale)
-    if chosen == "torch" and is_causal and scale is not None and scale <= 0:
-        # torch 2.13's fused CPU kernel returns NaN for is_causal with a scale <= 0; its mask path is right
-        attn_mask, is_causal = causal_mask(query.size(-2), key.size(-2), device=query.device), False
+        return attend(query, key, value, is_causal, scale, window, key_lengths)
+    aligned = alignment(is_causal)
+    # torch 2.13's fused CPU kernel returns NaN for is_causal with a scale <= 0; its mask path is right
+    scale_below_zero = aligned is not None and scale is not None and scale <= 0
+    if (
+        aligned == "bottom_right"
+        or window is not None
+        or key_lengths is not None
+        or scale_below_zero
+    ):
+        attn_mask, is_causal = _as_mask(query, key, aligned, window, key_lengths), False
+    else:
+        is_causal = aligned is not None
     sdpa = F.scaled_dot_product_attention if chosen == "torch" else scaled_dot_product_attention
     return sdpa(
         query,
@@ -147,19 +186,155 @@ def _attention(
         dropout_p=dropout_p,
         is_causal=is_causal,
         scale=scale,
+        enable_gqa=enable_gqa,
     )
 
 
-def _fits_triton(
-    query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, dropout_p: float
-) -> bool:
-    return (
-        query.dtype in (torch.float16, torch.bfloat16)
-        and query.dim() == key.dim() == 4
-        and query.size(-1) in TRITON_HEAD_DIMS
-        and key.shape == value.shape
-        and query.shape[:2] == key.shape[:2]
-        and attn_mask is None
-        and dropout_p == 0.0
-        and importlib.util.find_spec("triton") is not None
-    )
+def _check(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    is_causal: Causal,
+    scale: float | None,
+    dropout_p: float,
+    enable_gqa: bool,
+    window: int | None,
+    key_lengths: Tensor | None,
+) -> None:
+    """Raise unless the inputs make a well-formed call, whichever backend runs it."""
+    check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
+    if key_lengths is not None and (query.dim() != 4 or key.dim() != 4):
+        raise ValueError(
+            f"key_lengths needs 4-D (B, H, N, E) query and key, got query {shape(query)}, "
+            f"key {shape(key)}"
+        )
+    if key_lengths is not None and attn_mask is not None:
+        raise ValueError("pass either attn_mask or key_lengths, not both")
+    batch = max(
+        query.size(0), key.size(0)
+    )  # B of (B, H, N, E) as they broadcast; read with key_lengths
+    check_masks(is_causal, window, key_lengths, batch, query.device, "is_causal")
+
+
+def _select(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    backend: Backend,
+    is_causal: Causal,
+    scale: float | None,
+    window: int | None,
+    key_lengths: Tensor | None,
+) -> str:
+    """`select_backend` without the checks, for `attention`, which made them."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend in ("torch", "reference"):
+        return backend
+    refusal = _triton_refusal(query, key, value, attn_mask, dropout_p, scale)
+    if backend == "triton":
+        if refusal is not None:
+            raise type(refusal)(f"the triton backend cannot take these inputs: {refusal}")
+        return backend
+    if refusal is not None or not query.is_cuda:
+        return "torch"
+    backward = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
+    kind = call_kind(query, key, is_causal, window, key_lengths, backward)
+    return _measured_winner(_device_name(query.device), kind, query.size(-2), key.size(-2))
+
+
+def _triton_refusal(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+) -> Exception | None:
+    """Why the kernels cannot take a call that `attention` accepted, or None if they can."""
+    if attn_mask is not None:
+        return ValueError("the kernels take no attn_mask (masks: is_causal, window, key_lengths)")
+    if dropout_p > 0.0:
+        return ValueError(f"the kernels have no dropout, got dropout_p={dropout_p}")
+    try:
+        check_kernel_inputs(query, key, value, scale)
+    except (TypeError, ValueError) as error:
+        return error
+    return None
+
+
+def _as_mask(
+    query: Tensor,
+    key: Tensor,
+    aligned: Alignment | None,
+    window: int | None,
+    key_lengths: Tensor | None,
+) -> Tensor | None:
+    """The alignment, `window` and `key_lengths` as one bool mask, True = may attend; None if no mask."""
+    seqlen_q, seqlen_k, device = query.size(-2), key.size(-2), query.device
+    mask = None
+    if window is not None:
+        mask = sliding_window_mask(seqlen_q, window, seqlen_k, device, alignment=aligned)
+    elif aligned is not None:
+        mask = causal_mask(seqlen_q, seqlen_k, device, alignment=aligned)  # (L, S)
+    if key_lengths is not None:
+        padding = padding_mask(key_lengths.clamp(0, seqlen_k), seqlen_k)  # (B, 1, 1, S)
+        mask = padding if mask is None else mask & padding  # (B, 1, L, S)
+    return mask
+
+
+def call_kind(
+    query: Tensor,
+    key: Tensor,
+    is_causal: Causal,
+    window: int | None,
+    key_lengths: Tensor | None,
+    backward: bool,
+) -> dict:
+    """What a call and a measured case must share for `"auto"` to compare them (JSON-ready)."""
+    aligned = alignment(is_causal)
+    if aligned == "bottom_right" and query.size(-2) == key.size(-2):
+        aligned = "top_left"  # the same mask when L == S
+    return {
+        "dtype": str(query.dtype).removeprefix("torch."),
+        "head_dim": query.size(-1),
+        "causal": aligned or "none",
+        "window": window is not None,
+        "key_lengths": key_lengths is not None,
+        "grouped": query.size(-3) != key.size(-3),
+        "mode": "forward+backward" if backward else "forward",
+    }
+
+
+def _measured_winner(device_name: str, kind: dict, seqlen_q: int, seqlen_k: int) -> str:
+    """The faster backend of the nearest measured case of this kind on this GPU model; torch if none."""
+    cases = [
+        case
+        for case in _measurements()
+        if case["device_name"] == device_name and all(case[name] == kind[name] for name in kind)
+    ]
+    if not cases:
+        return "torch"
+
+    def distance(case: dict) -> float:
+        return abs(math.log2(case["seqlen_q"] / seqlen_q)) + abs(
+            math.log2(case["seqlen_k"] / seqlen_k)
+        )
+
+    nearest = min(cases, key=distance)
+    return "triton" if nearest["triton_ms"] < nearest["torch_ms"] else "torch"
+
+
+@functools.cache
+def _measurements() -> list[dict]:
+    """The measured cases of `qkv/kernels/measured.json` (see `qkv.bench.dispatch_table`)."""
+    table = importlib.resources.files("qkv.kernels").joinpath("measured.json")
+    return json.loads(table.read_text(encoding="utf-8"))["cases"]
+
+
+@functools.cache
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device)

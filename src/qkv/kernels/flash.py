@@ -13,16 +13,22 @@ base 2 (`exp2` is one instruction on GPUs), with `log2(e)` folded into the score
 The forward pass stores the row-wise logsumexp `lse` (natural log, float32). The backward pass recomputes
 each probability tile from it, `p = exp(scores - lse)`, instead of storing the (L, S) probabilities:
 a preprocessing kernel computes `delta = rowsum(dO * O)`, one kernel accumulates dK and dV over query
-blocks (one program per key block), and one accumulates dQ over key blocks (one program per query block).
-With `dP = dO V^T`, the softmax gradient is `dS = P * (dP - delta)`, and `dQ = dS K * scale`,
-`dK = dS^T Q * scale`, `dV = P^T dO`.
+blocks (one program per key block and key/value head, looping over the query heads that share it), and one
+accumulates dQ over key blocks (one program per query block). With `dP = dO V^T`, the softmax gradient is
+`dS = P * (dP - delta)`, and `dQ = dS K * scale`, `dK = dS^T Q * scale`, `dV = P^T dO`.
 
-Limits: inputs are `(B, H, L, D)` query and `(B, H, S, D)` key and value of one dtype, float16 or bfloat16
-(products in that dtype, accumulation in float32); `D` is 16, 32, 64 or 128; any lengths `L`, `S` >= 1
-(partial tiles are masked); no attention mask other than `causal`, no dropout. Under Triton's CPU
-interpreter (`TRITON_INTERPRET=1`, set before Triton is imported) the kernels run one small tile
-shape each, and bfloat16 is refused: the interpreter (Triton 3.9) multiplies bfloat16 `tl.dot` operands as
-their raw 16-bit integer patterns.
+Masks. Causal (top-left or bottom-right), a sliding window and per-batch key lengths leave each query an
+interval of keys (`qkv.kernels.tiles`). Each program asks `tiles` which tiles of its loop are empty (never
+loaded), full (computed without a mask) and partial, and runs its loop in up to three stages: the partial
+tiles at the far edge of a window, the full tiles, the partial tiles at the causal diagonal and at the end of
+the keys. Only the partial stages build a mask; the causal loop of Triton's fused-attention tutorial is
+split the same way. Grouped-query heads read their key/value head in place: query head `h` of `H` uses head
+`h // (H // H_kv)`.
+
+Limits: see `qkv.kernels.contract`; no attention mask other than these, no dropout. Under Triton's CPU
+interpreter (`TRITON_INTERPRET=1`, set before Triton is imported) the kernels run one small tile shape each.
+On a GPU the autotuner times each kernel's configurations once per shape; `QKV_FLASH_AUTOTUNE=0` runs the
+first configuration untuned (the CUDA tests use it to check correctness in minutes, not hours).
 """
 
 # Triton's convention: upper-case names for pointers and compile-time constants.
@@ -30,57 +36,101 @@ their raw 16-bit integer patterns.
 
 import contextlib
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from qkv._checks import check_same_dtype_and_device, check_tensor, shape
+from qkv.kernels import contract, tiles
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
-HEAD_DIMS = (16, 32, 64, 128)
-DTYPES = (torch.float16, torch.bfloat16)
 INTERPRETED = triton.knobs.runtime.interpret  # read when the kernels below are decorated
-MAX_GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0 allows 2**31 - 1)
+AUTOTUNE = not INTERPRETED and os.environ.get("QKV_FLASH_AUTOTUNE", "1") != "0"
+
+
+def _device_function(fn):
+    """`fn` as the kernels call it: compiled by Triton, or run as plain Python by the interpreter (which
+    only interprets functions whose module imports `triton.language`)."""
+    return fn if INTERPRETED else triton.jit(fn)
+
+
+_key_bounds = _device_function(tiles.key_bounds)
+_query_bounds = _device_function(tiles.query_bounds)
+_tile_ranges = _device_function(tiles.tile_ranges)
 
 
 @triton.jit
 def _batch_head():
-    """The flat index `b * H + h` of this program's (batch, head), in int64; the grid is (blocks, H, B)."""
+    """The flat index `b * heads + h` of this program's (batch, head), in int64; the grid is (blocks, heads, B)."""
     return tl.program_id(2).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
+
+
+@triton.jit
+def _kept_keys(KeyLengths, seqlen_k):
+    """How many keys this program's batch keeps: `key_lengths[b]` clamped to [0, S], or S without them."""
+    kv_len = seqlen_k
+    if KeyLengths is not None:
+        kv_len = min(max(tl.load(KeyLengths + tl.program_id(2)), 0), seqlen_k)
+    return kv_len
+
+
+@triton.jit
+def _load_rows(Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
+    """Rows `index` of a `(N, HEAD_DIM)` matrix; with MASKED, rows at or past `count` read as zeros."""
+    pointers = Ptr + index[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    if MASKED:
+        rows = tl.load(pointers, mask=(index < count)[:, None], other=0.0)
+    else:
+        rows = tl.load(pointers)
+    return rows
+
+
+# --8<-- [start:keep]
+@triton.jit
+def _keep(rows, cols, kv_len, offset, window, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """The mask of one tile, `(BLOCK_M, BLOCK_N)`: True where query `rows[i]` may attend key `cols[j]`."""
+    keep = (cols < kv_len)[None, :]
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= rows[:, None] + offset)
+    if WINDOW:
+        keep = keep & (cols[None, :] > rows[:, None] + offset - window)
+    return keep
+
+
+# --8<-- [end:keep]
 
 
 # --8<-- [start:inner-loop]
 @triton.jit
 def _attend_to_keys(
     acc, l_i, m_i,  # the running output, sum and maximum of BLOCK_M query rows
-    q, K, V, rows, key_end, seqlen_k, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    q, K, V, rows, start, end, kv_len, offset, window, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    MASKED: tl.constexpr,
 ):  # fmt: skip
-    """Fold the keys `[0, key_end)` into one block of query rows, `BLOCK_N` keys at a time."""
-    dims = tl.arange(0, HEAD_DIM)
-    for start in range(0, key_end, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        key_ok = cols < seqlen_k
-        k = tl.load(K + cols[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(V + cols[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None], other=0.0)
+    """Fold the key tiles in `[start, end)` into one block of query rows; MASKED tiles cross a mask edge."""
+    for tile in range(start, end, BLOCK_N):
+        cols = tile + tl.arange(0, BLOCK_N)
+        k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
+        v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
         scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
-        allowed = key_ok[None, :]
-        if CAUSAL:
-            allowed = allowed & (cols[None, :] <= rows[:, None])
-        scores = tl.where(allowed, scores, float("-inf"))
-        # --8<-- [start:online-softmax]
+        if MASKED:
+            scores = tl.where(
+                _keep(rows, cols, kv_len, offset, window, CAUSAL, WINDOW), scores, float("-inf")
+            )
         m_new = tl.maximum(m_i, tl.max(scores, 1))
-        # A row with no allowed key yet keeps m = -inf: shift by 0 instead, so exp2(-inf) gives 0, not NaN.
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        shift = m_new
+        if MASKED:
+            # A row with no kept key yet keeps m = -inf: shift by 0 instead, so exp2(-inf) gives 0, not NaN.
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(scores - shift[:, None])
         alpha = tl.exp2(m_i - shift)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
-        # --8<-- [end:online-softmax]
     return acc, l_i, m_i
 
 
@@ -88,129 +138,199 @@ def _attend_to_keys(
 
 
 # --8<-- [start:forward-kernel]
-@triton.jit
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "offset", "window", "group"])
 def _forward_kernel(
-    Q, K, V, Out, LSE,  # (B, H, L, D), (B, H, S, D), (B, H, S, D), (B, H, L, D), (B, H, L)
-    qk_scale, seqlen_q, seqlen_k,
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    Q, K, V, Out, LSE, KeyLengths,  # (B, H, L, D), (B, H_kv, S, D) twice, (B, H, L, D), (B, H, L), (B,)
+    qk_scale, seqlen_q, seqlen_k, offset, window, group,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """One program: `BLOCK_M` query rows of one (batch, head) against all the keys they may see."""
+    """One program: `BLOCK_M` query rows of one (batch, head) against the key tiles they may see."""
     block = tl.program_id(0)
     head = _batch_head()  # b * H + h, int64: offsets past 2**31 elements stay exact
     Q += head * seqlen_q * HEAD_DIM
     Out += head * seqlen_q * HEAD_DIM
     LSE += head * seqlen_q
-    K += head * seqlen_k * HEAD_DIM
-    V += head * seqlen_k * HEAD_DIM
+    K += head // group * seqlen_k * HEAD_DIM  # the key/value head of this query head's group
+    V += head // group * seqlen_k * HEAD_DIM
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, HEAD_DIM)
-    row_ok = rows < seqlen_q
-    q = tl.load(Q + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None], other=0.0)
+    q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, True)
+    kv_len = _kept_keys(KeyLengths, seqlen_k)
+    first_row = block * BLOCK_M
+    last_row = min(first_row + BLOCK_M, seqlen_q) - 1
+    lo_first, lo_last, hi_first, hi_last = _key_bounds(
+        first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW
+    )
+    start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_N)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of the scores (log2 units)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(scores - m_i)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # running sum of exp2(scores - m_i) @ v
-    key_end = seqlen_k
-    if CAUSAL:
-        key_end = tl.minimum(seqlen_k, (block + 1) * BLOCK_M)  # no key after this block's last row
-    acc, l_i, m_i = _attend_to_keys(
-        acc, l_i, m_i, q, K, V, rows, key_end, seqlen_k, qk_scale, HEAD_DIM, BLOCK_N, CAUSAL
-    )
+    if WINDOW:  # tiles across the window's far edge (without a window there are none)
+        acc, l_i, m_i = _attend_to_keys(
+            acc, l_i, m_i, q, K, V, rows, start, full_start, kv_len, offset, window, qk_scale,
+            HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
+        )  # fmt: skip
+    acc, l_i, m_i = _attend_to_keys(  # full tiles: no mask
+        acc, l_i, m_i, q, K, V, rows, full_start, full_end, kv_len, offset, window, qk_scale,
+        HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, False,
+    )  # fmt: skip
+    acc, l_i, m_i = _attend_to_keys(  # tiles across the diagonal or the last key
+        acc, l_i, m_i, q, K, V, rows, full_end, end, kv_len, offset, window, qk_scale,
+        HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
+    )  # fmt: skip
 
     empty = l_i == 0.0  # a row that may attend no key: output zeros, not 0 / 0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    l_i = tl.where(empty, 1.0, l_i)
+    out = acc / l_i[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_i)) / LOG2E)
-    tl.store(Out + rows[:, None] * HEAD_DIM + dims[None, :], out, mask=row_ok[:, None])
-    tl.store(LSE + rows, lse, mask=row_ok)
+    dims = tl.arange(0, HEAD_DIM)
+    tl.store(Out + rows[:, None] * HEAD_DIM + dims[None, :], out, mask=(rows < seqlen_q)[:, None])
+    tl.store(LSE + rows, lse, mask=rows < seqlen_q)
 
 
 # --8<-- [end:forward-kernel]
 
 
-# --8<-- [start:backward-kernels]
-@triton.jit
+@triton.jit(do_not_specialize=["seqlen_q"])
 def _backward_preprocess(Out, dOut, Delta, seqlen_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
     """`delta = rowsum(dO * O)`, the term that the softmax gradient subtracts from every row."""
     block = tl.program_id(0)
     head = _batch_head()
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, HEAD_DIM)
-    row_ok = rows < seqlen_q
-    offsets = head * seqlen_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
-    out = tl.load(Out + offsets, mask=row_ok[:, None], other=0.0).to(tl.float32)
-    d_out = tl.load(dOut + offsets, mask=row_ok[:, None], other=0.0).to(tl.float32)
-    tl.store(Delta + head * seqlen_q + rows, tl.sum(out * d_out, 1), mask=row_ok)
+    out = _load_rows(Out + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True)
+    d_out = _load_rows(dOut + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True)
+    delta = tl.sum(out.to(tl.float32) * d_out.to(tl.float32), 1)
+    tl.store(Delta + head * seqlen_q + rows, delta, mask=rows < seqlen_q)
 
 
 # --8<-- [start:probabilities]
 @triton.jit
-def _probabilities(q, k, lse, rows, cols, seqlen_q, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
-    """One tile of attention probabilities, recomputed from the stored logsumexp; 0 where not allowed."""
+def _probabilities(
+    q, k, lse2, rows, cols, kv_len, offset, window, qk_scale,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """One tile of attention probabilities, recomputed from the stored logsumexp (`lse2`, in log2 units)."""
     scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
-    allowed = (rows[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
-    if CAUSAL:
-        allowed = allowed & (cols[None, :] <= rows[:, None])
-    return tl.where(allowed, tl.exp2(scores - lse[:, None] * LOG2E), 0.0)
+    p = tl.exp2(scores - lse2[:, None])
+    if MASKED:
+        p = tl.where(_keep(rows, cols, kv_len, offset, window, CAUSAL, WINDOW), p, 0.0)
+    return p
 
 
 # --8<-- [end:probabilities]
 
 
 @triton.jit
-def _backward_dkdv_kernel(
-    Q, K, V, dOut, LSE, Delta, dK, dV,
-    scale, qk_scale, seqlen_q, seqlen_k,
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _dkdv_over_queries(
+    dk, dv, k, v, Q, dOut, LSE, Delta, cols, start, end, seqlen_q, kv_len, offset, window, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    MASKED: tl.constexpr,
 ):  # fmt: skip
-    """One program: dK and dV of `BLOCK_N` keys, summed over every query block that sees them."""
-    block = tl.program_id(0)
-    head = _batch_head()
-    Q += head * seqlen_q * HEAD_DIM
-    dOut += head * seqlen_q * HEAD_DIM
-    LSE += head * seqlen_q
-    Delta += head * seqlen_q
-    K += head * seqlen_k * HEAD_DIM
-    V += head * seqlen_k * HEAD_DIM
-    dK += head * seqlen_k * HEAD_DIM
-    dV += head * seqlen_k * HEAD_DIM
+    """Add the query tiles in `[start, end)` of one head to dK and dV of one block of keys.
 
-    cols = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, HEAD_DIM)
-    key_ok = cols < seqlen_k
-    k = tl.load(K + cols[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None], other=0.0)
-    v = tl.load(V + cols[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None], other=0.0)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    query_start = 0
-    if CAUSAL:
-        # No query before this block's first key may see it: start at the query block holding that row.
-        query_start = (block * BLOCK_N // BLOCK_M) * BLOCK_M
-    for start in range(query_start, seqlen_q, BLOCK_M):
-        rows = start + tl.arange(0, BLOCK_M)
-        row_ok = rows < seqlen_q
-        q = tl.load(Q + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None], other=0.0)
-        d_out = tl.load(
-            dOut + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None], other=0.0
+    Rows past L read as zeros (q, dO, lse and delta alike), so they add nothing.
+    """
+    for tile in range(start, end, BLOCK_M):
+        rows = tile + tl.arange(0, BLOCK_M)
+        q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, MASKED)
+        d_out = _load_rows(dOut, rows, seqlen_q, HEAD_DIM, MASKED)
+        if MASKED:
+            lse2 = tl.load(LSE + rows, mask=rows < seqlen_q, other=0.0) * LOG2E
+            delta = tl.load(Delta + rows, mask=rows < seqlen_q, other=0.0)
+        else:
+            lse2 = tl.load(LSE + rows) * LOG2E
+            delta = tl.load(Delta + rows)
+        p = _probabilities(
+            q, k, lse2, rows, cols, kv_len, offset, window, qk_scale, CAUSAL, WINDOW, MASKED
         )
-        lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
-        delta = tl.load(Delta + rows, mask=row_ok, other=0.0)
-        p = _probabilities(q, k, lse, rows, cols, seqlen_q, seqlen_k, qk_scale, CAUSAL)
         dv = tl.dot(tl.trans(p.to(d_out.dtype)), d_out, dv)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
         dp = tl.dot(d_out, tl.trans(v))  # (BLOCK_M, BLOCK_N)
         ds = p * (dp - delta[:, None])
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
-    tl.store(dK + cols[:, None] * HEAD_DIM + dims[None, :], dk * scale, mask=key_ok[:, None])
-    tl.store(dV + cols[:, None] * HEAD_DIM + dims[None, :], dv, mask=key_ok[:, None])
+    return dk, dv
+
+
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "offset", "window", "group"])
+def _backward_dkdv_kernel(
+    Q, K, V, dOut, LSE, Delta, dK, dV, KeyLengths,
+    scale, qk_scale, seqlen_q, seqlen_k, offset, window, group,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One program: dK and dV of `BLOCK_N` keys of one key/value head, summed over its group's query heads."""
+    block = tl.program_id(0)
+    kv_head = (
+        _batch_head()
+    )  # b * H_kv + h_kv; its query heads are kv_head * group + (0 .. group - 1)
+    K += kv_head * seqlen_k * HEAD_DIM
+    V += kv_head * seqlen_k * HEAD_DIM
+    dK += kv_head * seqlen_k * HEAD_DIM
+    dV += kv_head * seqlen_k * HEAD_DIM
+
+    cols = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    kv_len = _kept_keys(KeyLengths, seqlen_k)
+    k = _load_rows(K, cols, kv_len, HEAD_DIM, True)
+    v = _load_rows(V, cols, kv_len, HEAD_DIM, True)
+    first_col = block * BLOCK_N
+    lo_first, lo_last, hi_first, hi_last = _query_bounds(
+        first_col, first_col + BLOCK_N - 1, kv_len, seqlen_q, offset, window, CAUSAL, WINDOW
+    )
+    start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_M)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    for member in range(0, group):
+        head = kv_head * group + member
+        Q_h, dOut_h = Q + head * seqlen_q * HEAD_DIM, dOut + head * seqlen_q * HEAD_DIM
+        LSE_h, Delta_h = LSE + head * seqlen_q, Delta + head * seqlen_q
+        if CAUSAL:  # rows across the diagonal (without causal masking there are none)
+            dk, dv = _dkdv_over_queries(
+                dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, start, full_start, seqlen_q,
+                kv_len, offset, window, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, True,
+            )  # fmt: skip
+        dk, dv = _dkdv_over_queries(  # rows that keep every key of the block: no mask
+            dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, full_start, full_end, seqlen_q,
+            kv_len, offset, window, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, False,
+        )  # fmt: skip
+        dk, dv = _dkdv_over_queries(  # rows across the window's far edge, or past L
+            dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, full_end, end, seqlen_q,
+            kv_len, offset, window, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, True,
+        )  # fmt: skip
+    dims = tl.arange(0, HEAD_DIM)
+    key_ok = (cols < seqlen_k)[:, None]
+    tl.store(dK + cols[:, None] * HEAD_DIM + dims[None, :], dk * scale, mask=key_ok)
+    tl.store(dV + cols[:, None] * HEAD_DIM + dims[None, :], dv, mask=key_ok)
 
 
 @triton.jit
-def _backward_dq_kernel(
-    Q, K, V, dOut, LSE, Delta, dQ,
-    scale, qk_scale, seqlen_q, seqlen_k,
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _dq_over_keys(
+    dq, q, d_out, lse2, delta, K, V, rows, start, end, kv_len, offset, window, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    MASKED: tl.constexpr,
 ):  # fmt: skip
-    """One program: dQ of `BLOCK_M` query rows, summed over every key block they see."""
+    """Add the key tiles in `[start, end)` to dQ of one block of query rows."""
+    for tile in range(start, end, BLOCK_N):
+        cols = tile + tl.arange(0, BLOCK_N)
+        k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
+        v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
+        p = _probabilities(
+            q, k, lse2, rows, cols, kv_len, offset, window, qk_scale, CAUSAL, WINDOW, MASKED
+        )
+        dp = tl.dot(d_out, tl.trans(v))  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)  # (BLOCK_M, BLOCK_N) @ (BLOCK_N, D)
+    return dq
+
+
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "offset", "window", "group"])
+def _backward_dq_kernel(
+    Q, K, V, dOut, LSE, Delta, dQ, KeyLengths,
+    scale, qk_scale, seqlen_q, seqlen_k, offset, window, group,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One program: dQ of `BLOCK_M` query rows, summed over every key tile they see."""
     block = tl.program_id(0)
     head = _batch_head()
     Q += head * seqlen_q * HEAD_DIM
@@ -218,39 +338,42 @@ def _backward_dq_kernel(
     dQ += head * seqlen_q * HEAD_DIM
     LSE += head * seqlen_q
     Delta += head * seqlen_q
-    K += head * seqlen_k * HEAD_DIM
-    V += head * seqlen_k * HEAD_DIM
+    K += head // group * seqlen_k * HEAD_DIM
+    V += head // group * seqlen_k * HEAD_DIM
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, HEAD_DIM)
     row_ok = rows < seqlen_q
-    q = tl.load(Q + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None], other=0.0)
-    d_out = tl.load(
-        dOut + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None], other=0.0
-    )
-    lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
+    q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, True)
+    d_out = _load_rows(dOut, rows, seqlen_q, HEAD_DIM, True)
+    lse2 = tl.load(LSE + rows, mask=row_ok, other=0.0) * LOG2E
     delta = tl.load(Delta + rows, mask=row_ok, other=0.0)
+    kv_len = _kept_keys(KeyLengths, seqlen_k)
+    first_row = block * BLOCK_M
+    last_row = min(first_row + BLOCK_M, seqlen_q) - 1
+    lo_first, lo_last, hi_first, hi_last = _key_bounds(
+        first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW
+    )
+    start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_N)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    key_end = seqlen_k
-    if CAUSAL:
-        key_end = tl.minimum(seqlen_k, (block + 1) * BLOCK_M)
-    for start in range(0, key_end, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        key_ok = cols < seqlen_k
-        k = tl.load(K + cols[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(V + cols[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None], other=0.0)
-        p = _probabilities(q, k, lse, rows, cols, seqlen_q, seqlen_k, qk_scale, CAUSAL)
-        dp = tl.dot(d_out, tl.trans(v))  # (BLOCK_M, BLOCK_N)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)  # (BLOCK_M, BLOCK_N) @ (BLOCK_N, D)
+    if WINDOW:
+        dq = _dq_over_keys(
+            dq, q, d_out, lse2, delta, K, V, rows, start, full_start, kv_len, offset, window,
+            qk_scale, HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
+        )  # fmt: skip
+    dq = _dq_over_keys(
+        dq, q, d_out, lse2, delta, K, V, rows, full_start, full_end, kv_len, offset, window,
+        qk_scale, HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, False,
+    )  # fmt: skip
+    dq = _dq_over_keys(
+        dq, q, d_out, lse2, delta, K, V, rows, full_end, end, kv_len, offset, window,
+        qk_scale, HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
+    )  # fmt: skip
+    dims = tl.arange(0, HEAD_DIM)
     tl.store(dQ + rows[:, None] * HEAD_DIM + dims[None, :], dq * scale, mask=row_ok[:, None])
 
 
-# --8<-- [end:backward-kernels]
-
-
 def _grid(seqlen: int, block: int, batch: int, heads: int) -> tuple[int, int, int]:
-    """Programs `(blocks, H, B)`: blocks of `block` positions on axis 0, heads and batch on axes 1 and 2.
+    """Programs `(blocks, heads, B)`: blocks of `block` positions on axis 0, heads and batch on axes 1 and 2.
 
     CUDA caps grid axes 1 and 2 at 65535 programs, so `B * H` cannot share one of them; blocks take axis 0
     (up to 2**31 - 1) so that consecutive programs share one head's keys and values in L2.
@@ -258,32 +381,55 @@ def _grid(seqlen: int, block: int, batch: int, heads: int) -> tuple[int, int, in
     return (triton.cdiv(seqlen, block), heads, batch)
 
 
-# Launch configurations. On a GPU the autotuner times these once per (lengths, head size, causal) and keeps
-# the fastest. Under the interpreter the first tile at half size keeps the CPU tests quick and exercises
-# partial tiles, with BLOCK_M != BLOCK_N as on a GPU (the causal loop bounds depend on both).
+# Launch configurations. On a GPU the autotuner times these once per (lengths, head size, mask) and keeps
+# the fastest, among those whose query block suits the number of queries (decoding has one to sixteen).
+# Under the interpreter the first tile at half size keeps the CPU tests quick and exercises partial tiles,
+# with BLOCK_M != BLOCK_N as on a GPU (the tile ranges depend on both).
 def _configs(block_sizes: list[tuple[int, int]]) -> list[triton.Config]:
     if INTERPRETED:
         block_m, block_n = block_sizes[0]
         return [triton.Config({"BLOCK_M": block_m // 2, "BLOCK_N": block_n // 2})]
-    return [
+    configs = [
         triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
         for block_m, block_n in block_sizes
         for warps in (4, 8)
         for stages in (2, 3)
     ]
+    return configs if AUTOTUNE else configs[:1]
+
+
+def _fitting_query_blocks(
+    configs: list[triton.Config], named_args: dict, **_
+) -> list[triton.Config]:
+    """The configurations whose query block suits the queries: no taller than they are (16 rows at the
+    least), and no shorter than 64 rows once there are that many; the smallest block if none suits."""
+    rows = triton.next_power_of_2(named_args["seqlen_q"])
+    fitting = [
+        config for config in configs if min(rows, 64) <= config.kwargs["BLOCK_M"] <= max(rows, 16)
+    ]
+    return fitting or [min(configs, key=lambda config: config.kwargs["BLOCK_M"])]
 
 
 def _autotuned(
-    kernel: triton.JITFunction, block_sizes: list[tuple[int, int]]
+    kernel: triton.JITFunction, block_sizes: list[tuple[int, int]], per_query_block: bool = True
 ) -> triton.KernelInterface:
+    """`kernel` with its autotuner; `per_query_block`: one program per BLOCK_M queries (prune by L)."""
+    prune = {"early_config_prune": _fitting_query_blocks} if per_query_block else None
     return triton.autotune(
-        _configs(block_sizes), key=["seqlen_q", "seqlen_k", "HEAD_DIM", "CAUSAL"]
+        _configs(block_sizes),
+        key=["seqlen_q", "seqlen_k", "window", "HEAD_DIM", "CAUSAL", "WINDOW"],
+        prune_configs_by=prune,
     )(kernel)
 
 
-_tuned_forward = _autotuned(_forward_kernel, [(64, 32), (64, 64), (128, 32), (128, 64)])
-_tuned_backward_dkdv = _autotuned(_backward_dkdv_kernel, [(32, 64), (64, 64), (32, 128)])
-_tuned_backward_dq = _autotuned(_backward_dq_kernel, [(64, 32), (64, 64), (128, 32)])
+_tuned_forward = _autotuned(
+    _forward_kernel, [(64, 32), (64, 64), (128, 32), (128, 64), (16, 64), (16, 128)]
+)
+# One program per BLOCK_N keys, stepping through the queries BLOCK_M at a time.
+_tuned_backward_dkdv = _autotuned(
+    _backward_dkdv_kernel, [(32, 64), (64, 64), (32, 128)], per_query_block=False
+)
+_tuned_backward_dq = _autotuned(_backward_dq_kernel, [(64, 32), (64, 64), (128, 32), (16, 64)])
 PREPROCESS_BLOCK_M = 16 if INTERPRETED else 64
 
 
@@ -292,22 +438,36 @@ def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
+def _mask_arguments(
+    q: Tensor, k: Tensor, causal: bool, offset: int, window: int | None
+) -> tuple[tuple[int, int, int, int, int], dict]:
+    """The kernels' runtime lengths `(L, S, offset, window, group)` and their mask constants."""
+    lengths = (q.size(2), k.size(2), offset, window or 0, q.size(1) // k.size(1))
+    return lengths, {"HEAD_DIM": q.size(3), "CAUSAL": causal, "WINDOW": window is not None}
+
+
 def _flash_forward(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_lengths: Tensor | None,
+    causal: bool,
+    offset: int,
+    window: int | None,
+    scale: float,
 ) -> tuple[Tensor, Tensor]:
     """Launch the forward kernel on contiguous inputs; return the output and the logsumexp `(B, H, L)`."""
-    batch, heads, seqlen_q, head_dim = q.shape
-    seqlen_k = k.size(2)
+    batch, heads, seqlen_q, _ = q.shape
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, seqlen_q), device=q.device, dtype=torch.float32)
 
     def grid(meta: dict) -> tuple[int, int, int]:
         return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
 
-    qk_scale, lengths = scale * LOG2E.value, (seqlen_q, seqlen_k)
+    lengths, constants = _mask_arguments(q, k, causal, offset, window)
     with _on_device(q):
         _tuned_forward[grid](
-            q, k, v, out, lse, qk_scale, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
+            q, k, v, out, lse, key_lengths, scale * LOG2E.value, *lengths, **constants
         )
     return out, lse
 
@@ -316,95 +476,87 @@ class _FlashAttention(torch.autograd.Function):
     """Autograd wiring: forward keeps q, k, v, the output and the logsumexp; backward runs three kernels."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
+    def forward(
+        ctx,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_lengths: Tensor | None,
+        causal: bool,
+        offset: int,
+        window: int | None,
+        scale: float,
+    ) -> Tensor:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out, lse = _flash_forward(q, k, v, causal, scale)
+        out, lse = _flash_forward(q, k, v, key_lengths, causal, offset, window, scale)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.key_lengths, ctx.mask, ctx.scale = key_lengths, (causal, offset, window), scale
         return out
 
     @staticmethod
-    def backward(ctx, d_out: Tensor) -> tuple[Tensor, Tensor, Tensor, None, None]:
+    def backward(ctx, d_out: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         d_out = d_out.contiguous()
         batch, heads, seqlen_q, head_dim = q.shape
-        seqlen_k = k.size(2)
+        heads_kv, seqlen_k = k.size(1), k.size(2)
         delta = torch.empty_like(lse)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         preprocess_grid = _grid(seqlen_q, PREPROCESS_BLOCK_M, batch, heads)
-        scale, causal = ctx.scale, ctx.causal
 
         def key_blocks(meta: dict) -> tuple[int, int, int]:
-            return _grid(seqlen_k, meta["BLOCK_N"], batch, heads)
+            return _grid(seqlen_k, meta["BLOCK_N"], batch, heads_kv)
 
         def query_blocks(meta: dict) -> tuple[int, int, int]:
             return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
 
         saved = (q, k, v, d_out, lse, delta)
-        scales, lengths = (scale, scale * LOG2E.value), (seqlen_q, seqlen_k)
+        scales = (ctx.scale, ctx.scale * LOG2E.value)
+        lengths, constants = _mask_arguments(q, k, *ctx.mask)
         with _on_device(q):
             _backward_preprocess[preprocess_grid](
                 out, d_out, delta, seqlen_q, HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M
             )
             _tuned_backward_dkdv[key_blocks](
-                *saved, dk, dv, *scales, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
+                *saved, dk, dv, ctx.key_lengths, *scales, *lengths, **constants
             )
             _tuned_backward_dq[query_blocks](
-                *saved, dq, *scales, *lengths, HEAD_DIM=head_dim, CAUSAL=causal
+                *saved, dq, ctx.key_lengths, *scales, *lengths, **constants
             )
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None, None, None
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: contract.Causal,
+    scale: float | None,
+    window: int | None,
+    key_lengths: Tensor | None,
+) -> Tensor:
+    """Run the kernels on inputs that passed `contract.check_masks` and `contract.check_kernel_inputs`."""
+    aligned = contract.alignment(causal)
+    offset = k.size(2) - q.size(2) if aligned == "bottom_right" else 0
+    if scale is None:
+        scale = 1 / math.sqrt(q.size(-1))
+    if key_lengths is not None:
+        key_lengths = key_lengths.to(torch.int32).contiguous()
+    return _FlashAttention.apply(
+        q, k, v, key_lengths, aligned is not None, offset, window, float(scale)
+    )
 
 
 def flash_attention(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: float | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: contract.Causal = False,
+    scale: float | None = None,
+    *,
+    window: int | None = None,
+    key_lengths: Tensor | None = None,
 ) -> Tensor:
     """Check the inputs and run the kernels; documented, and imported lazily, as `qkv.flash_attention`."""
-    _check_inputs(q, k, v, scale)
-    if scale is None:
-        scale = 1 / math.sqrt(q.size(-1))
-    return _FlashAttention.apply(q, k, v, bool(causal), float(scale))
-
-
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> None:
-    """Raise, naming the argument and the shapes, unless the kernels can take these inputs."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, x)
-        if x.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {shape(x)}")
-    if q.dtype not in DTYPES:
-        raise TypeError(
-            f"q has dtype {q.dtype}; flash_attention takes torch.float16 or torch.bfloat16"
-        )
-    check_same_dtype_and_device(q=q, k=k, v=v)
-    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
-        raise ValueError(
-            "q, k and v disagree on batch and heads (B, H): "
-            f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
-        )
-    if k.size(2) != v.size(2):
-        raise ValueError(f"k and v disagree on length S: k {shape(k)} vs v {shape(v)}")
-    if q.size(3) != k.size(3) or k.size(3) != v.size(3):
-        raise ValueError(
-            f"q, k and v disagree on head size D: q {shape(q)}, k {shape(k)}, v {shape(v)}"
-        )
-    if q.size(3) not in HEAD_DIMS:
-        raise ValueError(f"head size D must be one of {HEAD_DIMS}, got {q.size(3)}: q {shape(q)}")
-    if max(q.shape[:2]) > MAX_GRID_YZ:
-        raise ValueError(
-            f"batch and heads must each be at most {MAX_GRID_YZ} (CUDA's limit on a launch grid "
-            f"axis): q {shape(q)}"
-        )
-    if q.size(2) == 0 or k.size(2) == 0:
-        raise ValueError(f"q and k need at least one position: q {shape(q)}, k {shape(k)}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
-        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
-    if q.device.type == "cpu" and not INTERPRETED:
-        raise ValueError(
-            f"q, k and v are on the CPU {shape(q)}: the kernels need CUDA tensors, or Triton's "
-            "interpreter (TRITON_INTERPRET=1 set before triton is imported)"
-        )
-    if INTERPRETED and q.dtype == torch.bfloat16:
-        raise TypeError(
-            "q has dtype torch.bfloat16, which Triton's interpreter cannot multiply (it reads bfloat16 "
-            "tl.dot operands as 16-bit integers); use float16, or run on a GPU"
-        )
+    contract.check_kernel_inputs(q, k, v, scale)
+    contract.check_masks(causal, window, key_lengths, q.size(0), q.device)
+    return attend(q, k, v, causal, scale, window, key_lengths)

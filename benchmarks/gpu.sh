@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU steps of the FlashAttention kernel, as one command (see the GPU notes of the project and issue 11).
+#
+#   benchmarks/gpu.sh OUT [STAGE ...]
+#
+# Run from the repository root on a machine with an NVIDIA GPU, Python 3, torch and triton (no network, no
+# nox: the package runs from src/). STAGE is env, tests, square or masks; no STAGE runs all four in that
+# order. Where each command may run at most 10 minutes, run one stage per command: each stage stops itself
+# before then, and the benchmark stages save their JSON after every case. What each stage writes into OUT:
+#
+#   env     nvidia-smi.txt (nvidia-smi -q), versions.json (GPU, driver, CUDA, torch, triton, cuDNN, date)
+#   tests   tests.txt: the kernel's tests on CUDA in float16 and bfloat16 (TRITON_INTERPRET=0; the
+#           autotuner off, QKV_FLASH_AUTOTUNE=0, so that correctness takes minutes), then the article's
+#           CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed
+#   square  bench-square.json and plots/: full and causal, N = 1k .. 16k, D = 128 then 64, bfloat16
+#   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
+#           64k, key padding, causal 128k; D = 128, bfloat16
+#
+# square and masks also add their qkv-flash and torch times to OUT/measured.json, the table that
+# qkv.attention's "auto" reads: commit it as src/qkv/kernels/measured.json, and the bench JSON under docs/.
+# Every case is checked against the float32 reference before it is timed (status "wrong" if it fails).
+set -euo pipefail
+
+out=${1:?usage: benchmarks/gpu.sh OUT [env|tests|square|masks ...]}
+shift
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(env tests square masks)
+mkdir -p "$out"
+export PYTHONPATH=src TRITON_INTERPRET=0 TRITON_DEFAULT_FP_FUSION=1
+python=${PYTHON:-python3}
+limit=${STAGE_SECONDS:-540}  # under the 10 minutes a command may run, with time to copy the results
+paths=(torch torch-flash torch-efficient torch-cudnn qkv-flash)
+
+for stage in "${stages[@]}"; do
+  echo "== $stage ($(date -u +%FT%TZ))"
+  case $stage in
+    env)
+      nvidia-smi | tee "$out/nvidia-smi-summary.txt"
+      nvidia-smi -q > "$out/nvidia-smi.txt"
+      "$python" - "$out/versions.json" <<'PY'
+import datetime, json, platform, subprocess, sys
+import torch, triton
+fields = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit"
+smi = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                     capture_output=True, text=True, check=True).stdout.strip()
+versions = {
+    "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "gpu": torch.cuda.get_device_name(), "capability": torch.cuda.get_device_capability(),
+    "nvidia_smi": dict(zip(fields.split(","), (v.strip() for v in smi.split(",")))),
+    "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+    "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
+}
+open(sys.argv[1], "w").write(json.dumps(versions, indent=2) + "\n")
+print(json.dumps(versions, indent=2))
+PY
+      ;;
+    tests)
+      # the sm_90 compile test is for machines without a GPU: here every kernel compiles for real
+      QKV_FLASH_AUTOTUNE=0 timeout "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
+        -k "not test_kernels_compile_for_a_gpu" tests/test_flash.py tests/test_dispatch.py \
+        tests/test_tiles.py 2>&1 | tee "$out/tests.txt" || true
+      if "$python" -c "import pytest_codeblocks" 2>/dev/null; then
+        timeout 120 "$python" -m pytest -q -p no:cacheprovider --codeblocks \
+          docs/blog/posts/flash-attention.md 2>&1 | tee "$out/docs-cuda.txt" || true
+      else
+        echo "pytest-codeblocks is not installed: the article's CUDA blocks were not run" | tee "$out/docs-cuda.txt"
+      fi
+      ;;
+    square)
+      timeout --signal=INT "$limit" "$python" -m qkv.bench --suite square --dtype bf16 \
+        --head-dim 128 64 --n 1024 2048 4096 8192 16384 --paths "${paths[@]}" \
+        --out "$out/bench-square.json" --plot "$out/plots" --table "$out/measured.json" || true
+      ;;
+    masks)
+      timeout --signal=INT "$limit" "$python" -m qkv.bench --suite decode gqa window padding long \
+        --dtype bf16 --head-dim 128 --paths "${paths[@]}" \
+        --out "$out/bench-masks.json" --table "$out/measured.json" || true
+      ;;
+    *)
+      echo "unknown stage $stage: use env, tests, square or masks" >&2
+      exit 2
+      ;;
+  esac
+done
+echo "== done ($(date -u +%FT%TZ)): $(ls "$out" | tr '\n' ' ')"
