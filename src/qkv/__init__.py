@@ -1,6 +1,7 @@
 """QKV: attention mechanisms written to be read, and proven against PyTorch."""
 
 from qkv.block import TransformerBlock
+from qkv.cache import KVCache
 from qkv.classic import AdditiveAttention, LuongAttention
 from qkv.dispatch import attention, select_backend
 from qkv.functional import attention_weights, scaled_dot_product_attention
@@ -15,13 +16,18 @@ from qkv.masks import (
     sliding_window_mask,
 )
 from qkv.multihead import MultiHeadAttention
+from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 
 __all__ = [
     "AdditiveAttention",
+    "KVCache",
     "LuongAttention",
     "MultiHeadAttention",
     "TransformerBlock",
     "additive_to_keep",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
     "attention",
     "attention_weights",
     "causal_mask",
@@ -32,5 +38,6 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "select_backend",
+    "sinusoidal_positions",
     "sliding_window_mask",
 ]

@@ -18,6 +18,7 @@ from qkv._checks import (
     check_sizes,
     shape,
 )
+from qkv.cache import KVCache
 from qkv.dispatch import attention
 from qkv.functional import attention_weights
 from qkv.masks import causal_mask, keep_to_additive, key_padding_to_keep
@@ -80,6 +81,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from `query` over `key` and `value` (self-attention when they are left out).
 
@@ -94,6 +96,8 @@ class MultiHeadAttention(nn.Module):
                 to `(B, H, L, S)`, or `(B*H, L, S)` as `nn.MultiheadAttention` takes a mask per head.
             is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
             need_weights: also return the attention weights of every head (before dropout).
+            cache: a `KVCache` for decoding: this call's keys and values are appended to it and the queries
+                attend over all of them; `is_causal` is then bottom-right aligned. No other mask with it.
 
         Returns:
             `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`. A query row with no
@@ -105,13 +109,18 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         self._check(query, key, value, key_padding_mask, attn_mask)
-        mask = self._merge_masks(query, key, key_padding_mask, attn_mask, is_causal)
+        if cache is not None:  # decoding: see _masks_with_cache
+            mask = self._masks_with_cache(query, key, key_padding_mask, attn_mask, is_causal, cache)
+        else:
+            mask = self._merge_masks(query, key, key_padding_mask, attn_mask, is_causal)
         only_causal = is_causal and mask is None  # no mask to fold it into: pass the flag on
         dropout_p = self.dropout if self.training else 0.0
 
         q = self._split_heads(self.q_proj(query))  # (B, L, E) -> (B, H, L, E/H)
         k = self._split_heads(self.k_proj(key))  # (B, S, kdim) -> (B, H, S, E/H)
         v = self._split_heads(self.v_proj(value))  # (B, S, vdim) -> (B, H, S, E/H)
+        if cache is not None:  # the cached keys and values come first: (B, H, S_cached + S, E/H)
+            k, v = cache.update(k, v)
         if need_weights:
             weights = attention_weights(q, k, attn_mask=mask, is_causal=only_causal)  # (B, H, L, S)
             heads = nn.functional.dropout(weights, dropout_p) @ v  # (B, H, L, E/H)
@@ -162,6 +171,23 @@ class MultiHeadAttention(nn.Module):
             torch.add,
             [keep_to_additive(m, query.dtype) if m.dtype == torch.bool else m for m in masks],
         )
+
+    @staticmethod
+    def _masks_with_cache(
+        query: Tensor,
+        key: Tensor,
+        key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        cache: KVCache,
+    ) -> Tensor | None:
+        """The mask of a call with a cache: none, or causal over cached and new keys, bottom-right aligned."""
+        if key_padding_mask is not None or attn_mask is not None:
+            raise ValueError("with a cache, pass no key_padding_mask or attn_mask (only is_causal)")
+        if not is_causal:
+            return None
+        keys = len(cache) + key.size(1)  # S, cached and new
+        return causal_mask(query.size(1), keys, device=query.device, alignment="bottom_right")
 
     def _check(
         self,
