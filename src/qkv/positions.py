@@ -194,8 +194,8 @@ def alibi_bias(
     check_sizes(0, q_len=q_len, k_len=k_len)
     slopes = alibi_slopes(num_heads).to(device)  # (H,)
     query_pos = torch.arange(q_len, device=device)[:, None] + _offset(q_len, k_len, alignment)
-    distance = query_pos - torch.arange(k_len, device=device)[None, :]  # (L, S)
-    return -slopes[:, None, None] * distance  # (H, L, S)
+    key_pos = torch.arange(k_len, device=device)[None, :]
+    return slopes[:, None, None] * (key_pos - query_pos)  # (H, L, S); -slope * distance, no -0.0
 
 
 # --8<-- [end:alibi]
