@@ -162,6 +162,9 @@ def _geometric_slopes(heads: int) -> Tensor:
     return 2.0 ** (-8.0 / heads * torch.arange(1, heads + 1, dtype=torch.float64))
 
 
+# --8<-- [end:alibi]
+
+
 def alibi_bias(
     num_heads: int,
     q_len: int,
@@ -196,6 +199,3 @@ def alibi_bias(
     query_pos = torch.arange(q_len, device=device)[:, None] + _offset(q_len, k_len, alignment)
     key_pos = torch.arange(k_len, device=device)[None, :]
     return slopes[:, None, None] * (key_pos - query_pos)  # (H, L, S); -slope * distance, no -0.0
-
-
-# --8<-- [end:alibi]
