@@ -8,36 +8,21 @@ import qkv
 E, H, HIDDEN = 16, 4, 32
 
 
-def copy_into(block, layer):
-    """Give `block` the weights of a torch encoder or decoder layer (norm_first, GELU)."""
-    block.self_attn.load_state_dict(qkv.MultiHeadAttention.from_torch(layer.self_attn).state_dict())
-    block.attn_norm.load_state_dict(layer.norm1.state_dict())
-    if block.cross_attn is not None:
-        block.cross_attn.load_state_dict(
-            qkv.MultiHeadAttention.from_torch(layer.multihead_attn).state_dict()
-        )
-        block.cross_norm.load_state_dict(layer.norm2.state_dict())
-    block.mlp_norm.load_state_dict(
-        (layer.norm3 if block.cross_attn is not None else layer.norm2).state_dict()
-    )
-    block.mlp[0].load_state_dict(layer.linear1.state_dict())
-    block.mlp[3].load_state_dict(layer.linear2.state_dict())
-
-
-def torch_layer(cross):
+def torch_layer(cross, **kwargs):
     kind = torch.nn.TransformerDecoderLayer if cross else torch.nn.TransformerEncoderLayer
-    return (
-        kind(E, H, HIDDEN, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
-        .double()
-        .eval()
-    )
+    settings = {
+        "dropout": 0.0,
+        "activation": "gelu",
+        "batch_first": True,
+        "norm_first": True,
+    } | kwargs
+    return kind(E, H, HIDDEN, **settings).double().eval()
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_encoder_block_matches_torch(causal):
     layer = torch_layer(cross=False)
-    block = qkv.TransformerBlock(E, H, mlp_ratio=HIDDEN / E).double().eval()
-    copy_into(block, layer)
+    block = qkv.TransformerBlock.from_torch(layer)
     x = torch.randn(2, 5, E, dtype=torch.float64)
     ignore = torch.tensor([[False] * 5, [False, False, False, True, True]])
     mask = (
@@ -56,8 +41,7 @@ def test_encoder_block_matches_torch(causal):
 
 def test_decoder_block_matches_torch():
     layer = torch_layer(cross=True)
-    block = qkv.TransformerBlock(E, H, mlp_ratio=HIDDEN / E, cross_attention=True).double().eval()
-    copy_into(block, layer)
+    block = qkv.TransformerBlock.from_torch(layer)
     x, memory = torch.randn(2, 4, E, dtype=torch.float64), torch.randn(2, 6, E, dtype=torch.float64)
     memory_ignore = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
     mask = torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)
@@ -103,3 +87,96 @@ def test_heads_must_divide_width():
 def test_mlp_needs_a_hidden_unit(mlp_ratio):
     with pytest.raises(ValueError, match=rf"mlp_ratio {mlp_ratio} leaves the MLP no hidden unit"):
         qkv.TransformerBlock(E, H, mlp_ratio=mlp_ratio)
+
+
+@pytest.mark.parametrize("hidden", [32, 61, 115])
+@pytest.mark.parametrize("cross", [False, True], ids=["encoder", "decoder"])
+def test_from_torch_copies_sizes_and_settings(cross, hidden):
+    layer = torch.nn.TransformerEncoderLayer if not cross else torch.nn.TransformerDecoderLayer
+    layer = layer(
+        E,
+        H,
+        hidden,
+        dropout=0.2,
+        activation="gelu",
+        layer_norm_eps=1e-3,
+        batch_first=True,
+        norm_first=True,
+    )
+    block = qkv.TransformerBlock.from_torch(layer)
+    assert block.mlp[0].out_features == hidden  # e.g. 61 / 16 * 16 truncates to 60
+    assert block.training
+    assert block.residual_dropout.p == 0.2
+    assert block.self_attn.dropout == 0.2
+    assert block.attn_norm.eps == block.mlp_norm.eps == 1e-3
+    assert (block.cross_attn is not None) == cross
+    n_params = sum(p.numel() for p in block.parameters())
+    assert n_params == sum(p.numel() for p in layer.parameters())
+
+
+def test_from_torch_encoder_with_padding_under_no_grad():
+    # eval mode without gradients sends torch's layer down its fused fast path
+    layer = torch_layer(cross=False).float()
+    block = qkv.TransformerBlock.from_torch(layer)
+    x = torch.randn(3, 6, E)
+    ignore = qkv.keep_to_key_padding(qkv.padding_mask(torch.tensor([6, 4, 1])))
+    with torch.no_grad():
+        expected = layer(x, src_key_padding_mask=ignore)
+        out = block(x, key_padding_mask=ignore)
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_from_torch_decoder_with_every_mask(seed):
+    torch.manual_seed(seed)
+    layer = torch_layer(cross=True)
+    block = qkv.TransformerBlock.from_torch(layer)
+    length, memory_length = 5, 7
+    x = torch.randn(2, length, E, dtype=torch.float64)
+    memory = torch.randn(2, memory_length, E, dtype=torch.float64)
+    ignore = qkv.keep_to_key_padding(qkv.padding_mask(torch.tensor([5, 3])))
+    memory_ignore = qkv.keep_to_key_padding(qkv.padding_mask(torch.tensor([2, 7])))
+    additive = {
+        name: qkv.keep_to_additive(~mask, torch.float64)
+        for name, mask in (("tgt", ignore), ("memory", memory_ignore))
+    }
+    expected = layer(
+        x,
+        memory,
+        tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(length, dtype=torch.float64),
+        tgt_is_causal=True,
+        tgt_key_padding_mask=additive["tgt"],
+        memory_key_padding_mask=additive["memory"],
+    )
+    out = block(
+        x, memory, is_causal=True, key_padding_mask=ignore, memory_key_padding_mask=memory_ignore
+    )
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"norm_first": False}, r"norm_first=True \(pre-LN\)"),
+        ({"batch_first": False}, "batch_first=True"),
+        ({"activation": "relu"}, 'activation="gelu"'),
+        ({"activation": torch.nn.GELU(approximate="tanh")}, 'activation="gelu"'),
+        ({"bias": False}, "bias=True"),
+        ({"norm_first": False, "activation": "relu"}, r"norm_first=True \(pre-LN\), activation"),
+    ],
+)
+@pytest.mark.parametrize("cross", [False, True], ids=["encoder", "decoder"])
+def test_from_torch_rejects_other_layers(cross, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        qkv.TransformerBlock.from_torch(torch_layer(cross, **kwargs))
+
+
+def test_from_torch_rejects_other_modules():
+    with pytest.raises(TypeError, match="got MultiheadAttention"):
+        qkv.TransformerBlock.from_torch(torch.nn.MultiheadAttention(E, H, batch_first=True))
+
+
+def test_from_torch_accepts_a_gelu_module():
+    layer = torch_layer(cross=False, activation=torch.nn.GELU())
+    x = torch.randn(2, 3, E, dtype=torch.float64)
+    torch.testing.assert_close(qkv.TransformerBlock.from_torch(layer)(x), layer(x))

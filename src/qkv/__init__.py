@@ -1,6 +1,7 @@
 """QKV: attention mechanisms written to be read, and proven against PyTorch."""
 
 from qkv.block import TransformerBlock
+from qkv.cache import KVCache
 from qkv.classic import AdditiveAttention, LuongAttention
 from qkv.dispatch import attention, select_backend
 from qkv.distributed import ring_attention, ring_schedule
@@ -29,14 +30,19 @@ from qkv.masks import (
     sliding_window_mask,
 )
 from qkv.multihead import MultiHeadAttention
+from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 
 __all__ = [
     "AdditiveAttention",
+    "KVCache",
     "LuongAttention",
     "MultiHeadAttention",
     "PerformerFeatures",
     "TransformerBlock",
     "additive_to_keep",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
     "attention",
     "attention_weights",
     "axial_attention",
@@ -57,6 +63,7 @@ __all__ = [
     "ring_schedule",
     "scaled_dot_product_attention",
     "select_backend",
+    "sinusoidal_positions",
     "sliding_window_attention",
     "sliding_window_mask",
     "sparse_mask",

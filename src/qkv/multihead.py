@@ -19,6 +19,7 @@ from qkv._checks import (
     check_sizes,
     shape,
 )
+from qkv.cache import KVCache
 from qkv.dispatch import _attention
 from qkv.functional import _attention_weights
 from qkv.masks import causal_mask, keep_to_additive
@@ -91,6 +92,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from `query` over `key` and `value` (self-attention when they are left out).
 
@@ -103,6 +105,8 @@ class MultiHeadAttention(nn.Module):
                 or `(B, H, L, S)`; a dimension of size 1 broadcasts.
             is_causal: query `i` attends keys `j <= i` only (top-left aligned when `L != S`); needs no mask.
             need_weights: also return every head's attention weights (before dropout).
+            cache: a `KVCache` for decoding: this call's keys and values are appended to it and the queries
+                attend over all of them; `is_causal` is then bottom-right aligned. No other mask with it.
 
         Returns:
             `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`.
@@ -112,12 +116,16 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        mask, is_causal = self._mask(query, key, value, key_padding_mask, attn_mask, is_causal)
+        mask, is_causal = self._mask(
+            query, key, value, key_padding_mask, attn_mask, is_causal, cache
+        )
         dropout_p = self.dropout if self.training else 0.0
 
         q = self._split_heads(self.q_proj(query))  # (B, L, E) -> (B, H, L, E/H)
         k = self._split_heads(self.k_proj(key))  # (B, S, kdim) -> (B, H, S, E/H)
         v = self._split_heads(self.v_proj(value))  # (B, S, vdim) -> (B, H, S, E/H)
+        if cache is not None:  # the cached keys and values come first: (B, H, S_cached + S, E/H)
+            k, v = cache.update(k, v)
         if need_weights:
             weights = _attention_weights(q, k, mask, is_causal)  # (B, H, L, S)
             heads = nn.functional.dropout(weights, dropout_p) @ v  # (B, H, L, E/H)
@@ -148,8 +156,12 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: Tensor | None,
         attn_mask: Tensor | None,
         is_causal: bool,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor | None, bool]:
         """Check the inputs; fold the masks given into one, bool (True = may attend) or float (added).
+
+        With a cache, only `is_causal` may be given: it becomes the causal mask over the cached and the new
+        keys, aligned bottom-right (the last query sees every key).
 
         Returns:
             The mask, broadcastable to the scores `(B, H, L, S)` (None when nothing is masked), and whether
@@ -157,6 +169,16 @@ class MultiHeadAttention(nn.Module):
         """
         features = (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features)
         check_batch_first(("query", "key", "value"), (query, key, value), features, unbatched=True)
+        if cache is not None:
+            if key_padding_mask is not None or attn_mask is not None:
+                raise ValueError(
+                    "with a cache, pass no key_padding_mask or attn_mask (only is_causal)"
+                )
+            if not is_causal:
+                return None, False
+            keys = len(cache) + key.size(-2)  # S: cached and new
+            mask = causal_mask(query.size(-2), keys, device=query.device, alignment="bottom_right")
+            return mask, False
         masks = []
         if key_padding_mask is not None:
             check_mask("key_padding_mask", key_padding_mask, query, "True = ignore")

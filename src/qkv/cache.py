@@ -1,0 +1,83 @@
+"""A key-value cache: the keys and values of the tokens a decoder has already seen, kept for the next ones.
+
+In autoregressive decoding each new token attends to every earlier token. Their keys and values do not change
+(a causal model never lets an earlier token see a later one), so they are computed once, appended here, and
+read back at every step instead of being recomputed from the whole sequence.
+"""
+
+import torch
+from torch import Tensor
+
+from qkv._checks import check_same_dtype_and_device, check_tensor, shape
+
+
+class KVCache:
+    """The keys and values of one attention layer, appended along the sequence one call at a time.
+
+    Tensors are `(B, H, T, D)`: batch, heads (key-value heads, with grouped-query attention), tokens and head
+    size; values may have a head size of their own, `Dv`. Every update must agree with what the cache holds on
+    `B`, `H`, `D`, `Dv`, dtype and device. Each update copies the whole cache into a new tensor (`torch.cat`):
+    simple, and fine for a few hundred tokens; a production cache preallocates its maximum length instead.
+
+    Example:
+        >>> cache = KVCache()
+        >>> k, v = cache.update(torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8))  # prefill: 5 tokens
+        >>> k, v = cache.update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))  # decode: 1 more
+        >>> k.shape, len(cache)
+        (torch.Size([1, 2, 6, 8]), 6)
+    """
+
+    def __init__(self) -> None:
+        self.key: Tensor | None = None  # (B, H, T, D)
+        self.value: Tensor | None = None  # (B, H, T, Dv)
+
+    def __len__(self) -> int:
+        """T, the number of tokens cached so far."""
+        return 0 if self.key is None else self.key.size(-2)
+
+    # --8<-- [start:update]
+    def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the keys and values of new tokens and return those of every token so far.
+
+        Args:
+            key: `(B, H, T_new, D)`.
+            value: `(B, H, T_new, Dv)`.
+
+        Returns:
+            `(keys, values)`: `(B, H, T, D)` and `(B, H, T, Dv)` with `T = len(self)` after the update, the
+            tokens in the order they were appended.
+
+        Raises:
+            TypeError: a key or value that is not a floating-point tensor, or a dtype that differs.
+            ValueError: a key or value that is not 4-D, key and value that disagree on `(B, H, T_new)`, or a
+                batch, head count, head size or device that differs from what the cache holds.
+        """
+        self._check(key, value)
+        if self.key is None:
+            self.key, self.value = key, value
+        else:
+            self.key = torch.cat([self.key, key], dim=-2)  # (B, H, T, D) -> (B, H, T + T_new, D)
+            self.value = torch.cat([self.value, value], dim=-2)  # (B, H, T + T_new, Dv)
+        return self.key, self.value
+
+    # --8<-- [end:update]
+
+    def _check(self, key: Tensor, value: Tensor) -> None:
+        for name, x in (("key", key), ("value", value)):
+            check_tensor(name, x)
+            if x.dim() != 4:
+                raise ValueError(f"{name} must be (B, H, T, D), got shape {shape(x)}")
+        check_same_dtype_and_device(key=key, value=value)
+        if key.shape[:3] != value.shape[:3]:
+            raise ValueError(
+                f"key and value disagree on (B, H, T): key {shape(key)} vs value {shape(value)}"
+            )
+        if self.key is None:
+            return
+        for name, new, held in (("key", key, self.key), ("value", value, self.value)):
+            if new.shape[:2] != held.shape[:2] or new.size(-1) != held.size(-1):
+                raise ValueError(
+                    f"{name} {shape(new)} disagrees with the cached {name}s {shape(held)} on batch, heads "
+                    "or head size (B, H, ., D)"
+                )
+        check_same_dtype_and_device(**{"cached key": self.key, "key": key})
