@@ -17,6 +17,7 @@ guard expects, so a difference in parsing between the two cannot hide a block.
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -229,6 +230,37 @@ def test_every_python_fence_runs() -> None:
         for problem in fence_problems(fence)
     ]
     assert not problems, "\n".join(problems)
+
+
+def continuation_problems(fences: list[Fence]) -> list[tuple[int, str]]:
+    """(line, why) of each `cont` block that does not follow a runnable `python` block.
+
+    pytest-codeblocks joins a `cont` block to the fence before it (an expected output in between aside);
+    after a snippet listing (```python title="src/...") the joined code is never run.
+    """
+    problems = []
+    shown = [fence for fence in fences if fence.joined != "expected-output"]
+    for before, fence in itertools.pairwise(shown):
+        if fence.joined == "cont" and before.syntax != "python":
+            problems.append((fence.line, f"continues a fence that is not run: {before.info!r}"))
+    return problems
+
+
+def test_continuations_follow_a_runnable_block() -> None:
+    problems = [
+        f"{relative(path)}:{line}: {problem}"
+        for path in markdown_files()
+        for line, problem in continuation_problems(parse_fences(path.read_text(encoding="utf-8")))
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_continuation_after_a_listing_is_caught() -> None:
+    page = (
+        '```python title="src/qkv/x.py"\n--8<-- "src/qkv/x.py:y"\n```\n\n'
+        "<!--pytest-codeblocks:cont-->\n```python\nz = 1\n```\n"
+    )
+    assert [line for line, _ in continuation_problems(parse_fences(page))] == [6]
 
 
 def test_snippet_includes_resolve() -> None:
