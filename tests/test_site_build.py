@@ -300,3 +300,19 @@ def test_pages_workflow_builds_with_the_readmes_docs_command_and_deploys() -> No
     uses = [step.get("uses", "") for job in workflow["jobs"].values() for step in job["steps"]]
     assert any(use.startswith("actions/upload-pages-artifact@") for use in uses)
     assert any(use.startswith("actions/deploy-pages@") for use in uses)
+
+
+def test_every_figure_image_reserves_its_box(site: Path) -> None:
+    images = [
+        (page, tag)
+        for page in sorted(site.glob("blog/*/index.html"))
+        for tag in re.findall(r"<img [^>]*figures/[^>]*>", page.read_text(encoding="utf-8"))
+    ]
+    assert images
+    for page, tag in images:
+        width, height = re.search(r'width="(\d+)" height="(\d+)"', tag).groups()
+        name = re.search(r"figures/([a-z0-9-]+)\.svg", tag)[1]
+        svg = (site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+        points = re.search(r'<svg [^>]*width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups()
+        assert abs(int(width) - float(points[0]) * 4 / 3) <= 1, (page, name)
+        assert abs(int(height) - float(points[1]) * 4 / 3) <= 1, (page, name)

@@ -4,7 +4,8 @@ Each `docs/figures/<slug>.py` defines `FIGURES = {"figure-name": draw}`, where `
 returns a matplotlib `Figure`. Every figure is saved as SVG and added to the build at the docs-relative path
 `figures/<figure-name>.svg`, so a post shows it with `![alt text](../../figures/<figure-name>.svg)` and strict link
 validation finds the file. The SVG is deterministic (fixed hash salt, no date, text as paths). Any error in a
-script fails the build.
+script fails the build. Each page's `<img>` of a figure gets the figure's width and height in CSS pixels, so the
+browser reserves its box before the file arrives (no layout shift; the theme scales it to the column).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
 FIGURE_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+FIGURE_IMG = re.compile(
+    r'<img (?P<attributes>[^>]*?)src="(?P<src>[^"]*figures/(?P<name>[a-z0-9-]+)\.svg)"'
+)
+_sizes: dict[str, tuple[int, int]] = {}
 SVG_SETTINGS = {"svg.hashsalt": "qkv", "svg.fonttype": "path"}
 
 
@@ -89,9 +94,23 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
                 raise PluginError(
                     f"{script}: figure {name!r} returned {type(figure).__name__}, not a Figure"
                 )
+            width, height = figure.get_size_inches() * 96  # matplotlib's SVG: 72 pt per inch
+            _sizes[name] = (round(width), round(height))
             files.append(File.generated(config, uri, content=_svg(figure)))
             drawn[name] = script
     return files
+
+
+def on_page_content(html: str, page: object, config: MkDocsConfig, files: Files) -> str:
+    """Give each figure's `<img>` its width and height."""
+
+    def sized(found: re.Match[str]) -> str:
+        if found["name"] not in _sizes or "width=" in found["attributes"]:
+            return found[0]
+        width, height = _sizes[found["name"]]
+        return f'<img width="{width}" height="{height}" {found["attributes"]}src="{found["src"]}"'
+
+    return FIGURE_IMG.sub(sized, html)
 
 
 def _traceback(error: Exception) -> str:
