@@ -8,6 +8,7 @@ Material's instant navigation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -17,10 +18,12 @@ from playwright.sync_api import Browser, Page
 import qkv
 from tests.browser.conftest import Site
 from tests.browser.visit import AXE, COLOURS, OVERFLOW, PHONE, _serious
+from tests.site import ROOT
 
 MASKING = "blog/masking/"
 LOOKUP = "blog/queries-keys-values/"
-WIDGETS = {"mask-builder": MASKING, "soft-lookup": LOOKUP}
+SCALING = "blog/scaling/"
+WIDGETS = {"mask-builder": MASKING, "soft-lookup": LOOKUP, "scale-temperature": SCALING}
 # What each convention of the mask builder writes in a cell where the query may attend, and where it may not.
 SYMBOLS = {"sdpa": ("T", "F"), "mha": ("F", "T"), "inf": ("0", "\u2212\u221e"), "min": ("0", "min")}
 
@@ -223,11 +226,91 @@ def test_soft_lookup_fallback_without_javascript_is_qkvs_lookup(
     context.close()
 
 
-# Both widgets
+# Scale and temperature (scaling article)
+
+SCALE_INPUTS = ("dk", "scaled", "temperature", "keys")
+SCALE_CASES = [
+    (64, "yes", 1.0, 16),
+    (64, "no", 1.0, 16),
+    (1024, "no", 0.25, 32),
+    (4, "yes", 4.0, 2),
+    (256, "yes", 0.5, 8),
+]
+
+
+def _scale_numbers(page: Page, dk: int, scaled: str, temperature: float) -> list[float]:
+    """qkv's numbers for the query and keys the widget drew: spread, max weight, entropy, e^H, sum|J|, |dp/dq|."""
+    drawn = page.locator("#scale-temperature").evaluate("el => el.qkvInputs")
+    query = torch.tensor(drawn["query"], dtype=torch.float64)  # (d_k,)
+    keys = torch.tensor(drawn["keys"], dtype=torch.float64)  # (S, d_k)
+    assert query.shape == (dk,)
+    scale = (dk**-0.5 if scaled == "yes" else 1.0) / temperature
+
+    def weights(q: torch.Tensor) -> torch.Tensor:  # (d_k,) -> (S,)
+        return qkv.attention_weights(q[None], keys, scale=scale)[0]
+
+    p = weights(query)
+    entropy = torch.special.entr(p).sum().item()
+    to_query = torch.autograd.functional.jacobian(weights, query)  # (S, d_k)
+    return [
+        (keys @ query * scale).std().item(),
+        p.max().item(),
+        entropy,
+        math.exp(entropy),
+        2 * (1 - (p**2).sum().item()),
+        to_query.norm().item(),
+    ]
+
+
+def _assert_scale_numbers(page: Page, expected: list[float], what: object) -> None:
+    """The six numbers shown (three significant digits) are qkv's."""
+    shown = page.locator("#scale-temperature .qkv-numbers td").all_inner_texts()
+    assert len(shown) == len(expected)
+    for text, value in zip(shown, expected, strict=True):
+        assert math.isclose(float(text), value, rel_tol=5.1e-3, abs_tol=1e-12), (
+            f"{what}: shown {shown}, expected {[f'{x:.3g}' for x in expected]}"
+        )
+    tallest = page.locator("#scale-temperature .qkv-chart").nth(1).locator("rect").first
+    assert abs(float(tallest.get_attribute("height")) / 90 - expected[1]) < 1e-3
+
+
+@pytest.mark.parametrize("case", SCALE_CASES, ids=lambda case: "-".join(map(str, case)))
+def test_scale_temperature_shows_qkvs_numbers(
+    page: Page, site: Site, case: tuple[object, ...]
+) -> None:
+    _open(page, site, SCALING)
+    _set(page, "scale-temperature", dict(zip(SCALE_INPUTS, case, strict=True)))
+    dk, scaled, temperature, keys = case
+    _assert_scale_numbers(page, _scale_numbers(page, dk, scaled, temperature), case)
+    assert page.locator("#scale-temperature .qkv-chart rect").count() == 2 * keys
+    before = page.locator("#scale-temperature").evaluate("el => el.qkvInputs.query")
+    page.locator("#scale-temperature-redraw").click()
+    assert page.locator("#scale-temperature").evaluate("el => el.qkvInputs.query") != before
+    _assert_scale_numbers(page, _scale_numbers(page, dk, scaled, temperature), f"{case}, new draw")
+
+
+def test_without_the_scale_wide_heads_saturate(page: Page, site: Site) -> None:
+    """What the article teaches, seen in the figure: raw scores at d_k = 1024 give a near one-hot softmax."""
+    _open(page, site, SCALING)
+    largest = {}
+    for scaled in ("yes", "no"):
+        _set(page, "scale-temperature", {"dk": 1024, "scaled": scaled, "keys": 16})
+        largest[scaled] = float(
+            page.locator("#scale-temperature .qkv-numbers td").nth(1).inner_text()
+        )
+    assert largest["no"] > 0.9 > 0.5 > largest["yes"]
+
+
+# Every widget
 
 
 @pytest.mark.parametrize(
-    ("root", "first", "second"), [("mask-builder", "queries", "keys"), ("soft-lookup", "x", "y")]
+    ("root", "first", "second"),
+    [
+        ("mask-builder", "queries", "keys"),
+        ("soft-lookup", "x", "y"),
+        ("scale-temperature", "temperature", "keys"),
+    ],
 )
 def test_widget_is_operated_from_the_keyboard(
     page: Page, site: Site, root: str, first: str, second: str
@@ -259,6 +342,7 @@ SETTINGS = {
         "alignment": "bottom_right",
     },
     "soft-lookup": {"x": -2, "y": 2},
+    "scale-temperature": {"dk": 1024, "scaled": "no", "temperature": 0.25, "keys": 32},
 }
 
 
@@ -289,3 +373,13 @@ def test_widget_is_built_after_instant_navigation(page: Page, site: Site, root: 
     page.wait_for_selector(f"#{root}[data-ready] [aria-live=polite]")
     assert page.evaluate("() => window.qkvSamePage === true"), "the link reloaded the whole page"
     assert page.locator(f"#{root} [aria-live=polite]").inner_text()
+
+
+def test_readme_states_the_bytes_each_widget_adds() -> None:
+    """The README's table of widget weights matches the files that are served."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    stylesheet = (ROOT / "docs" / "stylesheets" / "widgets.css").stat().st_size
+    for root in WIDGETS:
+        script = (ROOT / "docs" / "javascripts" / "widgets" / f"{root}.js").stat().st_size
+        row = f"| `{root}.js` | {script:,} | {stylesheet:,} | {script + stylesheet:,} |"
+        assert row in readme, f"README.md lacks the row {row}"
