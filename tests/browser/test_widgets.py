@@ -16,6 +16,7 @@ import torch
 from playwright.sync_api import Browser, Page
 
 import qkv
+from qkv.kernels.tiles import classify_tiles
 from tests.browser.conftest import Site
 from tests.browser.visit import AXE, COLOURS, OVERFLOW, PHONE, _serious
 from tests.site import ROOT
@@ -23,7 +24,13 @@ from tests.site import ROOT
 MASKING = "blog/masking/"
 LOOKUP = "blog/queries-keys-values/"
 SCALING = "blog/scaling/"
-WIDGETS = {"mask-builder": MASKING, "soft-lookup": LOOKUP, "scale-temperature": SCALING}
+FLASH = "blog/flash-attention/"
+WIDGETS = {
+    "mask-builder": MASKING,
+    "soft-lookup": LOOKUP,
+    "scale-temperature": SCALING,
+    "online-softmax": FLASH,
+}
 # What each convention of the mask builder writes in a cell where the query may attend, and where it may not.
 SYMBOLS = {"sdpa": ("T", "F"), "mha": ("F", "T"), "inf": ("0", "\u2212\u221e"), "min": ("0", "min")}
 
@@ -301,6 +308,74 @@ def test_without_the_scale_wide_heads_saturate(page: Page, site: Site) -> None:
     assert largest["no"] > 0.9 > 0.5 > largest["yes"]
 
 
+# Online softmax stepper (FlashAttention article)
+
+BLOCK_M, BLOCK_N = 4, 2  # the widget's tiles
+
+
+def _data(page: Page, root: str, name: str) -> torch.Tensor:
+    return torch.tensor(
+        page.locator(f"#{root}").evaluate(f"el => JSON.parse(el.dataset.{name})"),
+        dtype=torch.float64,
+    )
+
+
+@pytest.mark.parametrize("mask", ["causal", "none"])
+@pytest.mark.parametrize("block", [0, 1])
+def test_online_softmax_steps_to_qkvs_attention(
+    page: Page, site: Site, block: int, mask: str
+) -> None:
+    _open(page, site, FLASH)
+    q, k = _data(page, "online-softmax", "queries"), _data(page, "online-softmax", "keys")
+    v = _data(page, "online-softmax", "values")[:, None]  # (S, 1)
+    L, S = q.size(0), k.size(0)  # noqa: N806 (the article's names)
+    keep = qkv.causal_mask(L, S) if mask == "causal" else torch.ones(L, S, dtype=torch.bool)
+    kinds = classify_tiles(L, S, BLOCK_M, BLOCK_N, causal=mask == "causal")[block]
+    rows = slice(block * BLOCK_M, (block + 1) * BLOCK_M)
+    _set(page, "online-softmax", {"block": block, "mask": mask})
+    shown_kinds = page.locator("#online-softmax .qkv-tiles li").all_inner_texts()
+    assert [text.rsplit(": ", 1)[1] for text in shown_kinds] == [
+        "skipped" if kind == "empty" else kind for kind in kinds
+    ]
+    scores = (q @ k.T / q.size(-1) ** 0.5).masked_fill(~keep, float("-inf"))  # (L, S)
+    for visited in range(len(kinds) + 1):
+        _set(page, "online-softmax", {"step": visited})
+        seen = visited * BLOCK_N
+        shown = _table(page, "#online-softmax .qkv-online")  # m, alpha, l, o, o / l per row
+        m = scores[rows, :seen].amax(dim=-1) if seen else torch.full((BLOCK_M,), float("-inf"))
+        some = keep[rows, :seen].any(dim=-1)
+        for r, row in enumerate(shown):
+            assert row[0] == ("\u2212\u221e" if not some[r] else f"{m[r]:.3f}"), (visited, r, row)
+            if not some[r]:
+                assert row[2:] == ["0.000", "0.000", "\u2014"], (visited, r, row)
+                continue
+            previous = scores[rows][r, : seen - BLOCK_N].amax() if seen > BLOCK_N else -math.inf
+            if kinds[visited - 1] == "empty":
+                assert row[1] == "\u2014", (visited, r, row)
+            else:
+                _assert_shown([row[1:2]], torch.exp(previous - m[r : r + 1])[None], "alpha")
+            lse = torch.logsumexp(scores[rows][r, :seen], dim=-1)
+            out = qkv.scaled_dot_product_attention(
+                q[rows][r : r + 1], k[:seen], v[:seen], attn_mask=keep[rows][r : r + 1, :seen]
+            )
+            expected = torch.stack(
+                [torch.exp(lse - m[r]), torch.exp(lse - m[r]) * out[0, 0], out[0, 0]]
+            )
+            _assert_shown([row[2:]], expected[None], f"tile {visited}, row {r}")
+    final = qkv.scaled_dot_product_attention(q, k, v, attn_mask=keep)[rows]  # (BLOCK_M, 1)
+    _assert_shown([row[4:] for row in _table(page, "#online-softmax .qkv-online")], final, "output")
+
+
+def test_online_softmax_next_button_steps_and_stops(page: Page, site: Site) -> None:
+    _open(page, site, FLASH)
+    button = page.locator("#online-softmax-next")
+    for visited in range(1, 5):
+        button.click()
+        assert page.locator("#online-softmax-step").input_value() == str(visited)
+    assert button.is_disabled()
+    assert "skipped" in page.locator("#online-softmax [aria-live=polite]").inner_text()
+
+
 # Every widget
 
 
@@ -310,6 +385,7 @@ def test_without_the_scale_wide_heads_saturate(page: Page, site: Site) -> None:
         ("mask-builder", "queries", "keys"),
         ("soft-lookup", "x", "y"),
         ("scale-temperature", "temperature", "keys"),
+        ("online-softmax", "step", "next"),
     ],
 )
 def test_widget_is_operated_from_the_keyboard(
@@ -343,6 +419,7 @@ SETTINGS = {
     },
     "soft-lookup": {"x": -2, "y": 2},
     "scale-temperature": {"dk": 1024, "scaled": "no", "temperature": 0.25, "keys": 32},
+    "online-softmax": {"block": 1, "mask": "causal", "step": 3},
 }
 
 
