@@ -263,6 +263,22 @@ def test_a_continuation_after_a_listing_is_caught() -> None:
     assert [line for line, _ in continuation_problems(parse_fences(page))] == [6]
 
 
+COLUMNS = (
+    80  # what the content column shows at 1280 px without clipping (the browser test measures it)
+)
+
+
+def test_article_code_fits_the_column() -> None:
+    problems = [
+        f"{relative(path)}:{fence.line + offset}: {len(line)} characters"
+        for path in sorted((DOCS / "blog" / "posts").glob("*.md"))
+        for fence in parse_fences(path.read_text(encoding="utf-8"))
+        for offset, line in enumerate(fence.body, start=1)
+        if len(line) > COLUMNS
+    ]
+    assert not problems, "\n".join(problems)
+
+
 def test_snippet_includes_resolve() -> None:
     problems = [
         f"{relative(path)}:{line}: {problem}"
