@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,10 +17,20 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_URL = "http://127.0.0.1:8765/"
+
+
+def load_hook(name: str) -> ModuleType:
+    """Import a build hook from docs/hooks/ by path, as mkdocs does (the folder is not a package)."""
+    path = ROOT / "docs" / "hooks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"qkv_hook_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache

@@ -7,27 +7,19 @@ built site serves, in a fresh environment that installed qkv from the site.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import nbformat
 import pytest
 from pytest_codeblocks.main import extract_from_file
 
+from tests.site import load_hook
+
 ROOT = Path(__file__).resolve().parent.parent
 POSTS = sorted((ROOT / "docs" / "blog" / "posts").glob("*.md"))
 
 
-def _hook() -> ModuleType:
-    path = ROOT / "docs" / "hooks" / "article_notebooks.py"
-    spec = importlib.util.spec_from_file_location("qkv_hook_article_notebooks", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-article_notebook = _hook().article_notebook
+article_notebook = load_hook("article_notebooks").article_notebook
 
 
 def _code(notebook: nbformat.NotebookNode) -> list[str]:

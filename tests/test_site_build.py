@@ -6,11 +6,10 @@ draws every figure), then reads the output. The hooks' own behaviour is tested o
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from html.parser import HTMLParser
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,19 +19,11 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 
-from tests.site import LOCAL_URL, ROOT, build_site
+from tests.site import LOCAL_URL, ROOT, build_site, load_hook
 
 DOCS = ROOT / "docs"
 CSS_URL = re.compile(r"""url\(\s*["']?([^"')\s]+)""")
 SRCSET_URL = re.compile(r"(?:^|,)\s*(\S+)")
-
-
-def load_hook(name: str) -> ModuleType:
-    """Import a hook from docs/hooks/ by path, as mkdocs does."""
-    spec = importlib.util.spec_from_file_location(f"qkv_hook_{name}", DOCS / "hooks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

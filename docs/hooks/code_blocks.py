@@ -7,7 +7,8 @@ someone who copies it, so the rendered page states them in the block's title bar
 - `<!--pytest-codeblocks:expected-output-->`: the block is the output of the one before it.
 
 The Markdown on disk, which the tests read, is left as it is. Each article also gets a line under its title
-with the link to Get started and the versions its code was checked with, read from the build's environment.
+with the link to Get started and the versions its code was checked with: qkv's is the version of the wheel
+the site serves (`package_index.py` puts it in `config.extra`), PyTorch's and Python's the build's own.
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ def titled(markdown: str) -> str:
     return MARKED_FENCE.sub(title, markdown)
 
 
-def checked_with() -> str:
+def checked_with(qkv_version: str) -> str:
     """What the site's tests run the articles' code with: qkv, PyTorch and Python, and the build date."""
     built = datetime.datetime.fromtimestamp(
         int(os.environ.get("SOURCE_DATE_EPOCH", datetime.datetime.now().timestamp())),
         tz=datetime.timezone.utc,
     ).date()
     return (
-        f"qkv {version('qkv')}, PyTorch {version('torch')} and Python {platform.python_version()}, "
+        f"qkv {qkv_version}, PyTorch {version('torch')} and Python {platform.python_version()}, "
         f"built {built.isoformat()}"
     )
 
@@ -62,6 +63,6 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         return markdown
     note = (
         "To run this page's code, [install `qkv`](../../get-started.md). "
-        f"Its blocks are checked with {checked_with()}.\n{{ .qkv-checked }}"
+        f"Its blocks are checked with {checked_with(config.extra['qkv_version'])}.\n{{ .qkv-checked }}"
     )
     return TITLE.sub(lambda heading: f"{heading[0]}\n\n{note}", markdown, count=1)

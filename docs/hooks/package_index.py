@@ -41,8 +41,6 @@ INDEX_PAGE = """<!DOCTYPE html>
 </html>
 """
 
-_version: str | None = None
-
 
 def build(root: Path, directory: Path) -> tuple[Path, Path]:
     """Build the wheel and the sdist of the project at `root` into `directory`; returns their paths."""
@@ -75,7 +73,6 @@ def project_page(distributions: tuple[Path, ...], requires_python: str | None) -
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Build the wheel and the sdist and add them, with the simple index, to the site."""
-    global _version
     root = Path(config.config_file_path).parent
     with tempfile.TemporaryDirectory(prefix="qkv-dist-") as folder:
         try:
@@ -83,7 +80,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         except Exception as error:
             raise PluginError(f"building the {PROJECT} distributions failed: {error}") from error
         found = metadata(distributions[0])
-        _version = found["Version"]
+        config.extra["qkv_version"] = found["Version"]  # what pages say they were checked with
         for path in distributions:
             files.append(File.generated(config, f"packages/{path.name}", content=path.read_bytes()))
         page = project_page(distributions, found.get("Requires-Python"))
@@ -95,4 +92,5 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Fill in `{{ site_url }}` and `{{ qkv_version }}`."""
-    return markdown.replace(PLACEHOLDERS[0], config.site_url).replace(PLACEHOLDERS[1], _version)
+    version = config.extra["qkv_version"]
+    return markdown.replace(PLACEHOLDERS[0], config.site_url).replace(PLACEHOLDERS[1], version)

@@ -13,7 +13,6 @@ Outside the repository, in that environment:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
@@ -27,7 +26,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import Site
-from tests.site import ROOT
+from tests.site import ROOT, load_hook
 
 READER = Path(__file__).with_name("reader.py")
 CONTINUES = "Continues the block above"  # docs/hooks/code_blocks.py
@@ -61,11 +60,9 @@ class Block:
 
 def _reading_order() -> list[str]:
     """The articles' paths on the site, in the reading order (the hook that builds the navigation)."""
-    path = ROOT / "docs" / "hooks" / "reading_order.py"
-    spec = importlib.util.spec_from_file_location("qkv_hook_reading_order", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    order = module.reading_order((ROOT / "docs" / "index.md").read_text(encoding="utf-8"))
+    order = load_hook("reading_order").reading_order(
+        (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    )
     return [f"blog/{Path(source).stem}/" for source in order]  # post_url_format: "{slug}"
 
 
