@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import gzip
 import http.server
+import io
 import json
 import os
 import platform
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import BinaryIO
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -37,10 +40,28 @@ AUDITS = {
     "cls": "cumulative-layout-shift",
     "bytes": "total-byte-weight",
 }
+COMPRESSED = {".html", ".css", ".js", ".json", ".svg", ".xml", ".txt", ".ipynb"}
 TARGETS = {"performance": 95, "accessibility": 100, "best-practices": 100, "seo": 100}
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
+class _Server(http.server.SimpleHTTPRequestHandler):
+    """Serves the built site as GitHub Pages does: text compressed with gzip when the browser accepts it."""
+
+    def send_head(self) -> io.BytesIO | BinaryIO | None:
+        path = Path(self.translate_path(self.path))
+        if path.is_dir() and self.path.split("?")[0].endswith("/"):
+            path = path / "index.html"
+        gzip_ok = "gzip" in self.headers.get("Accept-Encoding", "")
+        if not gzip_ok or path.suffix not in COMPRESSED or not path.is_file():
+            return super().send_head()
+        body = gzip.compress(path.read_bytes(), mtime=0)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
+
     def log_message(self, format: str, *args: object) -> None:
         """No line per request."""
 
@@ -136,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     site = Path(tempfile.mkdtemp(prefix="qkv-lighthouse-"))
-    handler = functools.partial(_Quiet, directory=str(site))
+    handler = functools.partial(_Server, directory=str(site))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         url = f"http://127.0.0.1:{server.server_port}/"
         subprocess.run(
