@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
 
+from playwright.sync_api import Browser
+
 from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
-from tests.browser.visit import Visit
+from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, Visit
 
 # Alt texts that say nothing about the picture.
 EMPTY_ALT = {
@@ -139,3 +141,35 @@ def test_page_weight_is_within_budget(visits: list[Visit]) -> None:
     }
     assert not problems, _report(problems)
     assert all(record.bytes > 0 for record in visits)
+
+
+# Heights of an article's blocks, once every block has been on screen (scrolled through in screenfuls).
+BLOCK_HEIGHTS = """async () => {
+  const step = window.innerHeight / 2;
+  for (let y = 0; y <= document.documentElement.scrollHeight; y += step) {
+    window.scrollTo(0, y);
+    await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  }
+  return [...document.querySelectorAll("article.md-content__inner > *")].map(
+    (el) => `${el.tagName.toLowerCase()}.${el.className} ${el.getBoundingClientRect().height.toFixed(1)}`);
+}"""
+
+
+def test_skipping_off_screen_layout_leaves_every_block_its_height(
+    site: Site, browser: Browser
+) -> None:
+    """`content-visibility: auto` keeps a block's margins inside it: extra.css moves them so nothing moves."""
+    moved = {}
+    for post in ("masking", "flash-attention", "multi-head-attention"):
+        heights = []
+        for extra_css in ("", LAY_OUT_EVERYTHING):
+            page = browser.new_page(viewport=PHONE)
+            page.goto(f"{site.url}blog/{post}/", wait_until="networkidle")
+            if extra_css:
+                page.add_style_tag(content=extra_css)
+            heights.append(page.evaluate(BLOCK_HEIGHTS))
+            page.close()
+        skipped, laid_out = heights
+        assert len(skipped) > 20, f"{post}: the article has {len(skipped)} blocks"
+        moved[post] = [(a, b) for a, b in zip(skipped, laid_out, strict=True) if a != b]
+    assert not any(moved.values()), _report(moved)

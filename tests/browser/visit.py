@@ -17,6 +17,9 @@ from playwright.sync_api import Browser, Request
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 PHONE = {"width": 375, "height": 812}
+# The site lets the browser skip the layout of off-screen blocks (`content-visibility: auto` in extra.css); the
+# checks below measure every block, so the page is first told to lay out all of them.
+LAY_OUT_EVERYTHING = "article.md-content__inner > * { content-visibility: visible !important; }"
 MATH_TIMEOUT_MS = 20_000
 AXE = Axe()
 COLOURS = {"runOnly": ["color-contrast", "link-in-text-block"], "resultTypes": ["violations"]}
@@ -133,6 +136,7 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
     page.on("pageerror", lambda error: record.console_errors.append(str(error)))
     try:
         page.goto(base_url + path, wait_until="networkidle")
+        page.add_style_tag(content=LAY_OUT_EVERYTHING)
         # On a timeout, the state read below names what is left untypeset.
         with contextlib.suppress(PlaywrightTimeout):
             page.wait_for_function(MATH_DONE, timeout=MATH_TIMEOUT_MS)
