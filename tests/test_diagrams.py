@@ -11,7 +11,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
-from matplotlib.text import Text
+from matplotlib.text import Annotation, Text
 
 import qkv
 from tests.site import ROOT, load_hook
@@ -57,6 +57,8 @@ def test_diagram_takes_its_colours_from_the_rcparams(slug: str) -> None:
         assert to_hex(cell.get_edgecolor()) == SCHEME["axes.edgecolor"]
         face = cell.get_facecolor()
         assert face[3] == 0.0 or to_hex(face) in cycle, face
+    for note in figure.findobj(Annotation):
+        assert to_hex(note.arrow_patch.get_edgecolor()) == SCHEME["text.color"]
     for image in figure.findobj(AxesImage):
         assert image.get_cmap().name == SCHEME["image.cmap"]
 

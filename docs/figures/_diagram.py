@@ -43,12 +43,10 @@ def cells(
     y: float,
     fills: Sequence[Sequence[str | None]],
     size: float,
-    *,
-    dashed: bool = False,
 ) -> None:
     """A grid of square cells with its top-left corner at `(x, y)`: `fills[i][j]` colours cell `(i, j)`.
 
-    A fill of None leaves the cell empty. Cells have edges of the axes' edge colour, dashed when `dashed`.
+    A fill of None leaves the cell empty. Cells have edges of the axes' edge colour.
     """
     edge = matplotlib.rcParams["axes.edgecolor"]
     for i, row in enumerate(fills):
@@ -61,7 +59,6 @@ def cells(
                     facecolor="none" if fill is None else to_rgba(fill, FILL_ALPHA),
                     edgecolor=edge,
                     linewidth=0.6,
-                    linestyle="--" if dashed else "-",
                 )
             )
 
