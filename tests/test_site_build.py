@@ -133,9 +133,7 @@ def test_a_tex_error_fails_the_build() -> None:
 
 def test_every_figure_is_drawn_into_the_site(site: Path) -> None:
     figures = load_hook("figures")
-    names = [
-        name for script in sorted(DOCS.glob("figures/*.py")) for name in figures._figures_of(script)
-    ]
+    names = [name for script in figures.scripts(DOCS) for name in figures._figures_of(script)]
     assert names, "no figure scripts under docs/figures/"
     for name in names:
         svg = (site / "figures" / f"{name}.svg").read_text(encoding="utf-8")

@@ -9,12 +9,14 @@ paths that run there (the explicit reference and torch's math and flash backends
 CUDA). The title carries the processor, the torch version and the UTC date of the run.
 """
 
+from _diagram import canvas, cells, crop
+from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from qkv import bench
-from qkv.kernels.tiles import classify_tiles
+from qkv.kernels.tiles import classify_tiles, key_bounds, tile_ranges
 
 N, BLOCK_M, BLOCK_N = 1024, 128, 64
 KINDS = {
@@ -64,4 +66,79 @@ def cpu_benchmark() -> Figure:
     return bench.draw(report, mode="forward", dtype="fp32", head_dim=64, causal=False)
 
 
-FIGURES = {"flash-attention-tiles": tile_maps, "flash-attention-cpu": cpu_benchmark}
+# --- the loop of the forward kernel (issue 9, diagrams) ---------------------------------------------------
+
+LOOP_N = 512  # queries and keys: four programs of BLOCK_M queries, eight tiles of BLOCK_N keys
+LOOP_MASKS = {"causal": None, "causal, window of 192 keys": 192}
+TILE = 0.3  # inches
+FILLS = {"full": "C0", "partial": "C1"}
+
+
+def _visits(first_row: int, window: int | None) -> list[tuple[int, str]]:
+    """The key tiles that the program of queries `first_row, ...` visits, in order: `(first key, kind)`.
+
+    The kernel's three stages, from the bounds it computes itself: the partial tiles at the window's far
+    edge, the full tiles, the partial tiles at the diagonal.
+    """
+    last_row = min(first_row + BLOCK_M, LOOP_N) - 1
+    bounds = key_bounds(first_row, last_row, LOOP_N, 0, window or 0, True, window is not None)
+    start, full_start, full_end, end = tile_ranges(*bounds, BLOCK_N)
+    stages = (
+        (start, full_start, "partial"),
+        (full_start, full_end, "full"),
+        (full_end, end, "partial"),
+    )
+    return [(tile, kind) for lo, hi, kind in stages for tile in range(lo, hi, BLOCK_N)]
+
+
+def _loop_panel(ax: Axes, top: float, title: str, window: int | None) -> float:
+    """Tiles of one mask, visited ones numbered in the order of the loop; returns the panel's bottom."""
+    left, tiles = 1.45, LOOP_N // BLOCK_N
+    ax.text(left + tiles * TILE / 2, top, title, ha="center", va="top")
+    top += 0.3
+    for j in range(0, tiles, 2):
+        ax.text(left + (j + 0.5) * TILE, top + 0.22, str(j * BLOCK_N), ha="center", va="bottom")
+    top += 0.3
+    for block, first_row in enumerate(range(0, LOOP_N, BLOCK_M)):
+        y = top + block * TILE
+        visits = _visits(first_row, window)
+        kinds = dict(visits)
+        fills = [[FILLS.get(kinds.get(j * BLOCK_N)) for j in range(tiles)]]
+        cells(ax, left, y, fills, TILE)
+        for order, (tile, _) in enumerate(visits, start=1):
+            ax.text(
+                left + (tile // BLOCK_N + 0.5) * TILE, y + TILE / 2, order, ha="center", va="center"
+            )
+        label = f"queries {first_row}-{first_row + BLOCK_M - 1}"
+        ax.text(left - 0.08, y + TILE / 2, label, ha="right", va="center")
+        ax.text(left + tiles * TILE + 0.1, y + TILE / 2, r"→ acc / $\ell$", va="center")
+    return top + LOOP_N // BLOCK_M * TILE
+
+
+def kernel_loop() -> Figure:
+    """One program per block of queries, each walking its key tiles in order with its running m, ℓ, acc."""
+    fig, ax = canvas(5.5, 6.0)
+    lines = (
+        f"One program per {BLOCK_M} queries (a row), all in parallel.",
+        f"Each walks its tiles of {BLOCK_N} keys in the numbered order,",
+        r"carrying its running $m$, $\ell$ and acc from tile to tile.",
+    )
+    ax.text(0.1, 0.1, "\n".join(lines), va="top", linespacing=1.4)
+    y = 0.85
+    for title, window in LOOP_MASKS.items():
+        y = _loop_panel(ax, y, title, window) + 0.3
+    legend = (("C0", "no mask"), ("C1", "masked"), (None, "never loaded"))
+    x = 0.3
+    for fill, label in legend:
+        cells(ax, x, y, [[fill]], TILE * 0.8)
+        ax.text(x + TILE, y + TILE * 0.4, label, va="center")
+        x += 1.5
+    crop(fig, ax, y + TILE + 0.1)
+    return fig
+
+
+FIGURES = {
+    "flash-attention-tiles": tile_maps,
+    "flash-attention-cpu": cpu_benchmark,
+    "flash-attention-loop": kernel_loop,
+}

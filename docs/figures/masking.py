@@ -5,6 +5,8 @@ side (the same lengths as the post's printed grids: L = S = 5, a sequence of len
 """
 
 import torch
+from _diagram import canvas, cells
+from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
@@ -53,4 +55,53 @@ def mask_grids() -> Figure:
     return fig
 
 
-FIGURES = {"masking-grids": mask_grids}
+# --- top-left vs bottom-right causal alignment (issue 9, diagrams) ----------------------------------------
+
+ALIGNED_L, ALIGNED_S = 3, 5  # three queries over five keys
+CELL = 0.36  # inches
+
+
+def _aligned_panel(ax: Axes, x: float, alignment: str, first_query: int, lines: str) -> None:
+    """One causal mask of `qkv.causal_mask` as a 0/1 grid, its rows labelled with the queries' positions."""
+    mask = qkv.causal_mask(ALIGNED_L, ALIGNED_S, alignment=alignment)  # (L, S), True = may attend
+    top = 0.95
+    ax.text(x + ALIGNED_S * CELL / 2, 0.12, f'alignment="{alignment}"', ha="center", va="top")
+    ax.text(x + ALIGNED_S * CELL / 2, 0.42, "key position", ha="center", va="top")
+    for j in range(ALIGNED_S):
+        ax.text(x + (j + 0.5) * CELL, top - 0.08, str(j), ha="center", va="bottom")
+    for i in range(ALIGNED_L):
+        ax.text(x - 0.08, top + (i + 0.5) * CELL, str(first_query + i), ha="right", va="center")
+    fills = [["C0" if kept else None for kept in row] for row in mask.tolist()]
+    cells(ax, x, top, fills, CELL)
+    for i, row in enumerate(mask.tolist()):
+        for j, kept in enumerate(row):
+            ax.text(
+                x + (j + 0.5) * CELL, top + (i + 0.5) * CELL, int(kept), ha="center", va="center"
+            )
+    ax.text(x - 0.08, top + ALIGNED_L * CELL + 0.15, lines, ha="left", va="top", linespacing=1.4)
+
+
+def causal_alignments() -> Figure:
+    """`qkv.causal_mask(3, 5)` aligned top-left and bottom-right, each with the question it answers."""
+    fig, ax = canvas(5.5, 2.95)
+    ax.text(
+        0.12, 0.95 + ALIGNED_L * CELL / 2, "query position", rotation=90, ha="center", va="center"
+    )
+    _aligned_panel(
+        ax,
+        0.6,
+        "top_left",
+        0,
+        "query i is token i:\nthe queries start where\nthe keys start (is_causal)",
+    )
+    _aligned_panel(
+        ax,
+        3.45,
+        "bottom_right",
+        ALIGNED_S - ALIGNED_L,
+        "query i is token i + 2:\nthe newest 3 tokens after\na cache of 2 (decoding)",
+    )
+    return fig
+
+
+FIGURES = {"masking-grids": mask_grids, "masking-causal-alignment": causal_alignments}

@@ -5,8 +5,13 @@ module that the post includes and whose heads it asserts (the previous token, th
 token and the first token).
 """
 
+import torch
+from _diagram import arrow, canvas, cells, crop
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from torch.overrides import TorchFunctionMode
 
+import qkv
 from qkv.examples import position_heads
 
 N_TOKENS = 6
@@ -30,4 +35,105 @@ def head_heatmaps() -> Figure:
     return fig
 
 
-FIGURES = {"multi-head-attention-heads": head_heatmaps}
+# --- splitting and merging heads (issue 9, diagrams) ------------------------------------------------------
+
+B, N, E, H = 2, 5, 16, 4  # the sizes of the post's split-and-merge block
+RESHAPES = {"unflatten", "flatten", "transpose", "view", "reshape", "permute"}
+CELL, GAP = (
+    0.09,
+    0.05,
+)  # inches: one element, and the gap that separates the outer index of a picture
+
+
+class _Calls(TorchFunctionMode):
+    """Records the reshapes and the attention call that run inside a block: `(name, args, output shape)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, tuple, tuple[int, ...]]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        output = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in RESHAPES or name == "scaled_dot_product_attention":
+            self.calls.append((name, args[1:], tuple(output.shape)))
+        return output
+
+
+def _head_steps() -> list[tuple[str, tuple[int, ...]]]:
+    """The calls from the queries' projection to the merged heads in one forward of the package's module.
+
+    Returns `(call, output shape)` pairs: the split of the queries, the attention, the merge.
+    """
+    torch.manual_seed(0)
+    mha = qkv.MultiHeadAttention(E, H)
+    with _Calls() as recorded, torch.no_grad():
+        mha(torch.randn(B, N, E))
+    attention = [name for name, _, _ in recorded.calls].index("scaled_dot_product_attention")
+    # the queries' split comes first, then the keys' and the values'
+    steps = recorded.calls[:2] + recorded.calls[attention:]
+    return [
+        (
+            f".{name}({', '.join(map(repr, args))})" if name in RESHAPES else f"{name}(q, k, v)",
+            shape,
+        )
+        for name, args, shape in steps
+    ]
+
+
+def _token_major(ax: Axes, x: float, y: float, split: bool) -> float:
+    """`(N, E)` of one sequence, head h's features in colour Ch; `split`: a gap after each token's row."""
+    heads = [[f"C{h}" for h in range(H) for _ in range(E // H)]]
+    for token in range(N):
+        cells(ax, x, y + token * (CELL + GAP * split), heads, CELL)
+    return N * CELL + (N - 1) * GAP * split
+
+
+def _head_major(ax: Axes, x: float, y: float) -> float:
+    """`(H, N, E/H)` of one sequence: one block of tokens by features per head, a gap after each head."""
+    for h in range(H):
+        cells(ax, x + h * (E // H * CELL + 2 * GAP), y, [[f"C{h}"] * (E // H)] * N, CELL)
+    return N * CELL
+
+
+# What each tensor of the split and merge holds: how to draw one sequence of it, its shape, in words.
+SPLIT_MERGE_ROWS = (
+    ("whole", "(B, N, E)", "q_proj(x), one of the B sequences"),
+    ("tokens", "(B, N, H, E/H)", "one row per token, H slices in each"),
+    ("heads", "(B, H, N, E/H)", "one block per head: H attentions"),
+    ("heads", "(B, H, N, E/H)", "each head's output"),
+    ("tokens", "(B, N, H, E/H)", "one row per token again"),
+    ("whole", "(B, N, E)", "the Concat, then out_proj"),
+)
+
+
+def head_split_and_merge() -> Figure:
+    """The queries of one sequence through split, attention and merge, with the calls and shapes of a run."""
+    steps = _head_steps()
+    shapes = [(B, N, E), *(shape for _, shape in steps)]
+    calls = [call for call, _ in steps]
+    fig, ax = canvas(5.5, 8.0)
+    left = 0.25
+    text_x = left + E * CELL + 2 * GAP * (H - 1) + 0.2
+    arrow_x = left + E * CELL / 2
+    y = 0.2
+    for (layout, name, words), shape, call in zip(
+        SPLIT_MERGE_ROWS, shapes, [*calls, None], strict=True
+    ):
+        if layout == "heads":
+            height = _head_major(ax, left, y)
+        else:
+            height = _token_major(ax, left, y, split=layout == "tokens")
+        ax.text(text_x, y + height / 2, f"{name} = {shape}\n{words}", va="center")
+        if call is not None:
+            start, end = (arrow_x, y + height + 0.08), (arrow_x, y + height + 0.42)
+            arrow(ax, start, end, call, label_at=(arrow_x + 0.1, y + height + 0.25))
+        y += height + 0.5
+    crop(fig, ax, y - 0.3)
+    return fig
+
+
+FIGURES = {
+    "multi-head-attention-heads": head_heatmaps,
+    "multi-head-attention-split-merge": head_split_and_merge,
+}

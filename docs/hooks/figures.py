@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import re
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -36,13 +37,23 @@ SVG_SETTINGS = {"svg.hashsalt": "qkv", "svg.fonttype": "path"}
 
 
 def _load_script(script: Path) -> ModuleType:
-    """Import a figure script by path (the folder is not a package, and names contain hyphens)."""
+    """Import a figure script by path (the folder is not a package, and names contain hyphens).
+
+    The script's folder goes on `sys.path`, so that scripts share helpers from sibling modules (`_*.py`).
+    """
+    if str(script.parent) not in sys.path:
+        sys.path.insert(0, str(script.parent))
     spec = importlib.util.spec_from_file_location(
         f"qkv_figures_{script.stem.replace('-', '_')}", script
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def scripts(docs_dir: str | Path) -> list[Path]:
+    """The figure scripts: `docs/figures/*.py`, except helper modules, whose names start with `_`."""
+    return sorted(Path(docs_dir, "figures").glob("[!_]*.py"))
 
 
 def _figures_of(script: Path) -> dict[str, Callable[[], Figure]]:
@@ -69,7 +80,7 @@ def _svg(figure: Figure) -> bytes:
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Run every figure script and add its figures to the build as `figures/<name>.svg`."""
     drawn: dict[str, Path] = {}
-    for script in sorted(Path(config.docs_dir, "figures").glob("*.py")):
+    for script in scripts(config.docs_dir):
         try:
             figures = _figures_of(script)
         except PluginError:
