@@ -1,13 +1,14 @@
 """MkDocs hook: every article can be downloaded as a Jupyter notebook made from the same Markdown.
 
-`article_notebook()` turns a post into a notebook with jupytext, which reads Markdown: each fence whose info
-string is exactly `python` becomes a code cell, in page order (the blocks that pytest-codeblocks runs, so the
-notebook runs what the tests run); everything else stays Markdown: expected output, console commands, math
-and prose. Before jupytext reads the post, the HTML comments on lines of their own (pytest-codeblocks markers,
-the excerpt separator, formatter switches) are dropped, and pymdownx.snippets, with the site's own settings,
-fills in each snippet fence (`--8<-- "src/qkv/x.py:section"`). Such a fence shows package source that the
-article's code imports from `qkv`, so it stays a Markdown listing under the name of its file, not a code
-cell: the notebook never defines the package's functions a second time. Relative links and images become
+`article_notebook()` turns a post into a notebook with jupytext, which reads Markdown: each `python` fence
+becomes a code cell, in page order (the blocks that pytest-codeblocks runs, so the notebook runs what the
+tests run); everything else stays Markdown: expected output, console commands, math and prose. Before
+jupytext reads the post, the HTML comments on lines of their own (pytest-codeblocks markers, the excerpt
+separator, formatter switches) are dropped, and pymdownx.snippets, with the site's own settings, fills in
+each snippet fence (`--8<-- "src/qkv/x.py:section"`). A fence with a file name (`python title="src/qkv/x.py"`,
+which pytest-codeblocks does not run) shows package source that the article's code imports from `qkv`: it
+goes into a jupytext region, so it stays a Markdown listing under the name of its file, not a code cell, and
+the notebook never defines the package's functions a second time. Relative links and images become
 absolute URLs of the site, since a downloaded notebook has no site around it. The first code cell installs
 `qkv` from the site's package index when the reader's environment lacks it, with the extras the post's front
 matter names (`extras: [kernel]`).
@@ -105,9 +106,8 @@ def article_notebook(
             body.append(nbformat.v4.new_code_cell(cell.source))
         elif cell.cell_type == "markdown":
             prose = LINK.sub(lambda found: _linked(found, link), cell.source)
-            if (
-                body and body[-1].cell_type == "markdown"
-            ):  # jupytext splits prose at regions and blank pairs
+            # jupytext splits prose at regions and at two blank lines: one cell between code cells
+            if body and body[-1].cell_type == "markdown":
                 body[-1].source += "\n\n" + prose
             else:
                 body.append(nbformat.v4.new_markdown_cell(prose))

@@ -218,9 +218,7 @@ def _check(
         )
     if key_lengths is not None and attn_mask is not None:
         raise ValueError("pass either attn_mask or key_lengths, not both")
-    batch = max(
-        query.size(0), key.size(0)
-    )  # B of (B, H, N, E) as they broadcast; read with key_lengths
+    batch = max(query.size(0), key.size(0))  # B of (B, H, N, E) as they broadcast, for key_lengths
     check_masks(is_causal, window, key_lengths, batch, query.device, "is_causal")
 
 
