@@ -266,6 +266,18 @@ def test_select_backend_checks_its_inputs(args, error, message):
         qkv.select_backend(*args)
 
 
+def test_the_reference_backend_checks_the_inputs_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(qkv.functional, "check_attention_inputs", lambda *a: calls.append(a))
+    q = torch.randn(1, 2, 4, 8)
+    qkv.scaled_dot_product_attention(q, q, q)
+    assert len(calls) == 1  # the public function checks
+    torch.testing.assert_close(
+        qkv.attention(q, q, q, backend="reference"), reference_attention(q, q, q).float()
+    )
+    assert len(calls) == 1  # attention checked: its reference backend does not check again
+
+
 def test_a_mask_of_fewer_than_two_dimensions_is_refused_by_every_backend():
     # torch 2.13's kernels fail on a 1-D attn_mask with 4-D inputs (IndexError); the formula takes it
     q = torch.randn(2, 3, 4, 16)
