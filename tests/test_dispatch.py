@@ -3,6 +3,7 @@
 import json
 import logging
 
+import numpy as np
 import pytest
 import torch
 
@@ -263,6 +264,55 @@ def test_bad_input_is_checked_before_dispatch():
 def test_select_backend_checks_its_inputs(args, error, message):
     with pytest.raises(error, match=message):
         qkv.select_backend(*args)
+
+
+def test_the_reference_backend_checks_the_inputs_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(qkv.functional, "check_attention_inputs", lambda *a: calls.append(a))
+    q = torch.randn(1, 2, 4, 8)
+    qkv.scaled_dot_product_attention(q, q, q)
+    assert len(calls) == 1  # the public function checks
+    torch.testing.assert_close(
+        qkv.attention(q, q, q, backend="reference"), reference_attention(q, q, q).float()
+    )
+    assert len(calls) == 1  # attention checked: its reference backend does not check again
+
+
+def test_a_mask_of_fewer_than_two_dimensions_is_refused_by_every_backend():
+    # torch 2.13's kernels fail on a 1-D attn_mask with 4-D inputs (IndexError); the formula takes it
+    q = torch.randn(2, 3, 4, 16)
+    for mask in (torch.ones(4, dtype=torch.bool), torch.zeros(4), torch.tensor(True)):
+        for backend in ("auto", "torch", "reference"):
+            with pytest.raises(
+                ValueError,
+                match=r"attn_mask must have at least 2 dimensions \(\.\.\., L, S\), got shape \((4,)?\)",
+            ):
+                qkv.attention(q, q, q, attn_mask=mask, backend=backend)
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.3), np.float64(2.5), np.int64(2)], ids=str)
+def test_every_backend_and_the_kernel_take_a_numpy_scale(scale):
+    q, k, v = (
+        torch.randn(1, 2, n, 16, dtype=torch.float16, device=KERNEL_DEVICE) for n in (5, 7, 7)
+    )
+    expected = reference_attention(q, k, v, scale=float(scale))
+    outs = {
+        b: qkv.attention(q, k, v, scale=scale, backend=b) for b in ("torch", "reference", "triton")
+    }
+    outs["flash_attention"] = qkv.flash_attention(q, k, v, scale=scale)
+    for name, out in outs.items():
+        torch.testing.assert_close(out.double(), expected, rtol=0, atol=4e-3, msg=name)
+
+
+@pytest.mark.parametrize("scale", [np.array(0.3), torch.tensor(0.3), "0.3", True], ids=repr)
+def test_every_backend_and_the_kernel_refuse_the_same_scales(scale):
+    q = torch.randn(1, 2, 5, 16, dtype=torch.float16, device=KERNEL_DEVICE)
+    message = rf"scale must be a number or None, got {type(scale).__name__}$"
+    for backend in ("torch", "reference", "triton"):
+        with pytest.raises(TypeError, match=message):
+            qkv.attention(q, q, q, scale=scale, backend=backend)
+    with pytest.raises(TypeError, match=message):
+        qkv.flash_attention(q, q, q, scale=scale)
 
 
 def test_triton_backend_runs_the_kernel():

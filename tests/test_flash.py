@@ -462,13 +462,6 @@ BAD_INPUTS = [
         id="batch-above-grid-limit",
     ),
     pytest.param(
-        (half(1, 1, 4, 16), half(1, 1, 4, 16), half(1, 1, 4, 16)),
-        {"scale": "0.5"},
-        TypeError,
-        r"scale must be a number or None, got str",
-        id="scale-str",
-    ),
-    pytest.param(
         (half(2, 1, 4, 16), half(2, 1, 4, 16), half(2, 1, 4, 16)),
         {"causal": "top_right"},
         ValueError,

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from mkdocs.config import load_config
+from pymdownx.snippets import SnippetMissingError
 from pytest_codeblocks.main import extract_from_file
 
 from tests.site import load_hook
@@ -22,13 +24,23 @@ POSTS = sorted((ROOT / "docs" / "blog" / "posts").glob("*.md"))
 article_notebook = load_hook("article_notebooks").article_notebook
 
 
+@pytest.fixture(scope="module")
+def snippets() -> dict[str, object]:
+    """The site's settings of pymdownx.snippets, from mkdocs.yml."""
+    return load_config(str(ROOT / "mkdocs.yml")).mdx_configs["pymdownx.snippets"]
+
+
 def _code(notebook: nbformat.NotebookNode) -> list[str]:
     return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
 
 
 @pytest.mark.parametrize("post", POSTS, ids=[post.stem for post in POSTS])
-def test_notebook_holds_the_code_the_docs_tests_run(post: Path) -> None:
-    notebook = article_notebook(post.read_text(encoding="utf-8"), root=ROOT, url="https://x/")
+def test_notebook_holds_the_code_the_docs_tests_run(
+    post: Path, snippets: dict[str, object]
+) -> None:
+    notebook = article_notebook(
+        post.read_text(encoding="utf-8"), snippets=snippets, url="https://x/"
+    )
     blocks = [block.code for block in extract_from_file(post) if block.syntax == "python"]
     assert _code(notebook), f"{post.name} has no Python block"
     # pytest-codeblocks joins a `cont` block to the one before it; the notebook keeps them as cells.
@@ -51,7 +63,6 @@ Intro with $x$ and a [link](other.md#part), a [site](https://example.org/) and !
 
 <!-- more -->
 
-<!--pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")-->
 ```python
 x = 1
 ```
@@ -90,14 +101,17 @@ class Thing:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def tmp_snippets(tmp_path: Path, snippets: dict[str, object]) -> dict[str, object]:
+    """The site's snippet settings, with snippet paths starting at a folder that holds `SOURCE`."""
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "src" / "pkg" / "mod.py").write_text(SOURCE, encoding="utf-8")
-    return tmp_path
+    return {**snippets, "base_path": [str(tmp_path)]}
 
 
-def test_only_python_fences_become_code_cells(root: Path) -> None:
-    notebook = article_notebook(POST, root=root, link=lambda target: f"https://site/{target}")
+def test_only_python_fences_become_code_cells(tmp_snippets: dict[str, object]) -> None:
+    notebook = article_notebook(
+        POST, snippets=tmp_snippets, link=lambda target: f"https://site/{target}"
+    )
     kinds = [cell.cell_type for cell in notebook.cells]
     assert kinds == ["markdown", "code", "code", "markdown"]
     assert _code(notebook) == ["x = 1", "print(x)"]
@@ -113,14 +127,8 @@ def test_only_python_fences_become_code_cells(root: Path) -> None:
     assert "```console\n$ pip install qkv\n```" in rest
 
 
-def test_skip_condition_travels_with_its_cell(root: Path) -> None:
-    cells = article_notebook(POST, root=root).cells
-    assert cells[1].metadata["qkv"] == {"skipif": 'not __import__("torch").cuda.is_available()'}
-    assert "qkv" not in cells[2].metadata
-
-
-def test_snippet_becomes_a_listing_of_the_included_source(root: Path) -> None:
-    rest = article_notebook(POST, root=root).cells[-1].source
+def test_snippet_becomes_a_listing_of_the_included_source(tmp_snippets: dict[str, object]) -> None:
+    rest = article_notebook(POST, snippets=tmp_snippets).cells[-1].source
     listing = "From `src/pkg/mod.py`:\n\n```python\ndef inside(self):\n    return 1\n```"
     assert listing in rest
     assert "outside" not in rest
@@ -129,24 +137,25 @@ def test_snippet_becomes_a_listing_of_the_included_source(root: Path) -> None:
 @pytest.mark.parametrize(
     ("post", "message"),
     [
-        (POST.replace("mod.py:part", "mod.py:missing"), "section not found"),
-        (POST.replace("src/pkg/mod.py:part", "src/pkg/gone.py:part"), "file not found"),
-        (POST.rstrip().removesuffix("```"), "never closed"),
+        (POST.replace("mod.py:part", "mod.py:missing"), "section 'missing' could not be located"),
+        (POST.replace("src/pkg/mod.py:part", "src/pkg/gone.py:part"), "could not be found"),
     ],
-    ids=["missing-section", "missing-file", "unclosed-fence"],
+    ids=["missing-section", "missing-file"],
 )
-def test_bad_post_raises(root: Path, post: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        article_notebook(post, root=root)
+def test_bad_snippet_raises(tmp_snippets: dict[str, object], post: str, message: str) -> None:
+    with pytest.raises(SnippetMissingError, match=message):
+        article_notebook(post, snippets=tmp_snippets)
 
 
-def test_first_code_cell_installs_qkv_from_the_site_with_the_posts_extras(root: Path) -> None:
+def test_first_code_cell_installs_qkv_from_the_site_with_the_posts_extras(
+    tmp_snippets: dict[str, object],
+) -> None:
     post = POST.replace("slug: example\n", "slug: example\nextras: [kernel]\n")
-    notebook = article_notebook(post, root=root, index_url="https://site/simple/")
+    notebook = article_notebook(post, snippets=tmp_snippets, index_url="https://site/simple/")
     install = notebook.cells[0]
     assert install.cell_type == "code"
     assert 'index = "https://site/simple/"' in install.source
     assert '"qkv[kernel]"' in install.source
-    plain = article_notebook(POST, root=root, index_url="https://site/simple/").cells[0]
+    plain = article_notebook(POST, snippets=tmp_snippets, index_url="https://site/simple/").cells[0]
     assert '"qkv"' in plain.source
     assert "qkv[" not in plain.source

@@ -1,4 +1,5 @@
-"""The built site: self-contained (no request to another host), with its math, figures and notebook.
+"""The built site: its math, figures and notebook. (That no page fetches from another host is checked where
+pages are loaded for real: tests/browser/test_pages.py.)
 
 Builds the site once with `mkdocs build --strict` (about a minute: it executes the playground notebook and
 draws every figure), then reads the output. The hooks' own behaviour is tested on small inputs without a build.
@@ -7,10 +8,8 @@ draws every figure), then reads the output. The hooks' own behaviour is tested o
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
-from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -19,83 +18,14 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 
-from tests.site import LOCAL_URL, ROOT, build_site, load_hook
+from tests.site import ROOT, build_site, load_hook
 
 DOCS = ROOT / "docs"
-CSS_URL = re.compile(r"""url\(\s*["']?([^"')\s]+)""")
-SRCSET_URL = re.compile(r"(?:^|,)\s*(\S+)")
 
 
 @pytest.fixture(scope="module")
 def site() -> Path:
     return build_site()
-
-
-class _FetchedURLs(HTMLParser):
-    """The URLs a browser fetches while loading an HTML page: src/srcset of any element, href of <link>,
-    url() in style attributes and <style> elements. Links a reader may click (<a href>) are not fetched."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.urls: list[str] = []
-        self._in_style = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = dict(attrs)
-        for name in ("src", "data", "poster") if tag != "a" else ():
-            if values.get(name):
-                self.urls.append(values[name])
-        if values.get("srcset"):
-            self.urls += SRCSET_URL.findall(values["srcset"])
-        if tag == "link" and values.get("href"):
-            self.urls.append(values["href"])
-        if values.get("style"):
-            self.urls += CSS_URL.findall(values["style"])
-        self._in_style = tag == "style"
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_style = False
-
-    def handle_data(self, data: str) -> None:
-        if self._in_style:
-            self.urls += CSS_URL.findall(data)
-
-
-def _foreign(url: str) -> bool:
-    """Whether fetching `url` from a page of the site would contact another host."""
-    parts = urlsplit(url)
-    if parts.scheme in ("data", "blob"):
-        return False
-    return bool(parts.netloc) and parts.netloc != urlsplit(LOCAL_URL).netloc
-
-
-def test_no_page_fetches_from_another_host(site: Path) -> None:
-    foreign = []
-    for page in sorted(site.rglob("*.html")):
-        parser = _FetchedURLs()
-        parser.feed(page.read_text(encoding="utf-8"))
-        foreign += [f"{page.relative_to(site)}: {url}" for url in parser.urls if _foreign(url)]
-    for sheet in sorted(site.rglob("*.css")):
-        urls = CSS_URL.findall(sheet.read_text(encoding="utf-8"))
-        foreign += [f"{sheet.relative_to(site)}: {url}" for url in urls if _foreign(url)]
-    assert not foreign, "\n".join(foreign)
-
-
-def test_fetched_url_scan_tells_requests_from_links() -> None:
-    parser = _FetchedURLs()
-    parser.feed(
-        '<a href="https://arxiv.org/abs/1706.03762">paper</a><img src="https://x.org/a.png">'
-        f'<link rel="canonical" href="{LOCAL_URL}x/"><link rel="stylesheet" href="//fonts.x.org/c.css">'
-        '<div style="background: url(https://x.org/b.png)"></div><img src="data:image/png;base64,AA">'
-        "<style>@font-face { src: url('https://x.org/f.woff') }</style>"
-    )
-    foreign = [url for url in parser.urls if _foreign(url)]
-    assert foreign == [
-        "https://x.org/a.png",
-        "//fonts.x.org/c.css",
-        "https://x.org/b.png",
-        "https://x.org/f.woff",
-    ]
 
 
 def test_math_is_typeset_when_the_site_is_built(site: Path) -> None:
@@ -249,8 +179,6 @@ def test_notebook_hook_strips_cdn_loaders() -> None:
 
     page = SimpleNamespace(file=SimpleNamespace(src_uri="notebooks/x.ipynb"))
     assert notebooks.on_page_content(html, page, None, None) == "<p>x</p><p>y</p>"
-    with pytest.raises(PluginError, match="another host"):
-        notebooks.on_page_content('<script src="https://x.org/a.js"></script>', page, None, None)
 
 
 def test_reading_order_is_the_home_pages_numbered_list() -> None:

@@ -1,16 +1,17 @@
 """MkDocs hook: every article can be downloaded as a Jupyter notebook made from the same Markdown.
 
-`article_notebook()` turns a post into a notebook: the front matter and the HTML comments on lines of their
-own (pytest-codeblocks markers, the excerpt separator, formatter switches) are dropped; each fence whose info
-string is exactly `python` becomes a code cell, in page order (the blocks that pytest-codeblocks runs, so the
-notebook runs what the tests run). A block marked `pytest.mark.skipif(condition, ...)` keeps its condition in
-the cell's metadata (`qkv.skipif`), for whoever runs the notebook unattended. Everything else stays Markdown:
-expected output, console commands, math and prose. A snippet fence (`--8<-- "src/qkv/x.py:section"`) shows
-package source that the article's code imports from `qkv`; it becomes a Markdown code listing with the source
-filled in, not a code cell, so the notebook never defines the package's functions a second time. Relative
-links and images become absolute URLs of the site, since a downloaded notebook has no site around it. The
-first code cell installs `qkv` from the site's package index when the reader's environment lacks it, with the
-extras the post's front matter names (`extras: [kernel]`).
+`article_notebook()` turns a post into a notebook with jupytext, which reads Markdown: each `python` fence
+becomes a code cell, in page order (the blocks that pytest-codeblocks runs, so the notebook runs what the
+tests run); everything else stays Markdown: expected output, console commands, math and prose. Before
+jupytext reads the post, the HTML comments on lines of their own (pytest-codeblocks markers, the excerpt
+separator, formatter switches) are dropped, and pymdownx.snippets, with the site's own settings, fills in
+each snippet fence (`--8<-- "src/qkv/x.py:section"`). A fence with a file name (`python title="src/qkv/x.py"`,
+which pytest-codeblocks does not run) shows package source that the article's code imports from `qkv`: it
+goes into a jupytext region, so it stays a Markdown listing under the name of its file, not a code cell, and
+the notebook never defines the package's functions a second time. Relative links and images become
+absolute URLs of the site, since a downloaded notebook has no site around it. The first code cell installs
+`qkv` from the site's package index when the reader's environment lacks it, with the extras the post's front
+matter names (`extras: [kernel]`).
 
 The hook writes `<slug>.ipynb` next to each post's page and puts a download button at the top of the page.
 """
@@ -20,10 +21,12 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
+import jupytext
+import markdown as python_markdown
 import nbformat
 import yaml
 from mkdocs.config.defaults import MkDocsConfig
@@ -32,13 +35,13 @@ from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
 POSTS = "blog/posts/"
-FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.DOTALL)
-FENCE = re.compile(r"^(?P<indent> *)(?P<mark>`{3,}|~{3,})(?P<info>.*)$")
-COMMENT = re.compile(r"^ *<!--\s*(?P<comment>.*?)\s*-->\s*$")  # a marker, `more`, `fmt: off`...
-SKIPIF = re.compile(r"pytest\.mark\.skipif\((?P<condition>.*?),\s*reason=.*\)$")
-SNIPPET = re.compile(r'^\s*--8<--\s+"(?P<path>[^":]+)(?::(?P<section>[a-z][-_0-9a-z]*))?"\s*$')
-TITLE = re.compile(r'\btitle="(?P<title>[^"]*)"')
+COMMENT = re.compile(r"^ *<!--.*?-->[ \t]*\n", re.MULTILINE)  # a marker, `more`, `fmt:off`...
+# A fence with a file name shows a file of the package: jupytext keeps a fence inside a region as Markdown.
+LISTING = re.compile(
+    r'^```(?:py|python) title="(?P<title>[^"]*)"\n(?P<body>.*?)^```$', re.MULTILINE | re.DOTALL
+)
 LINK = re.compile(r"(?P<head>!?\[[^\]]*\]\()(?P<target>[^)\s]+)(?P<tail>[^)]*\))")
+ABSOLUTE = re.compile(r"^([a-z][a-z0-9+.-]*:|#|/)")  # a scheme, an anchor on the page, a root path
 ORIGIN = (
     "*Generated from the article at <{url}>: the same text and the same code, which the site's tests run. "
     "Run the cells in order; the first installs the `qkv` package from the site if it is missing.*"
@@ -53,14 +56,13 @@ if importlib.util.find_spec("qkv") is None:
     index = "{index_url}"
     pip = [sys.executable, "-m", "pip", "install", "--extra-index-url", index]
     subprocess.check_call([*pip, "{requirement}"])"""
-LANGUAGES = {"py": "python"}  # highlighting names that Jupyter knows
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
 def article_notebook(
     markdown: str,
     *,
-    root: Path,
+    snippets: Mapping[str, Any],
     link: Callable[[str], str] = lambda target: target,
     url: str | None = None,
     index_url: str | None = None,
@@ -69,7 +71,8 @@ def article_notebook(
 
     Args:
         markdown: the post's source, front matter included.
-        root: the folder that snippet paths are relative to (the repository root).
+        snippets: the configuration of pymdownx.snippets, as the site sets it (its `base_path` is where
+            snippet paths start).
         link: maps a relative link target of the post (`masking.md#anchor`, `../../figures/x.svg`) to the
             URL the notebook should use.
         url: the article's address on the site, named in a first cell that says where the notebook comes
@@ -81,66 +84,35 @@ def article_notebook(
         A valid nbformat 4 notebook with deterministic cell ids.
 
     Raises:
-        ValueError: an unclosed fence, or a snippet whose file or section does not exist.
+        pymdownx.snippets.SnippetMissingError: a snippet whose file or section does not exist.
     """
-    front_matter = FRONT_MATTER.match(markdown)
-    lines = markdown[front_matter.end() if front_matter else 0 :].splitlines()
+    include = python_markdown.Markdown(
+        extensions=["pymdownx.snippets"], extension_configs={"pymdownx.snippets": dict(snippets)}
+    ).preprocessors["snippet"]
+    text = "\n".join(include.run(COMMENT.sub("", markdown).split("\n")))
+    read = jupytext.reads(LISTING.sub(_listing, text), fmt="md")
     cells: list[nbformat.NotebookNode] = []
     if url is not None:
         cells.append(nbformat.v4.new_markdown_cell(ORIGIN.format(url=url)))
     if index_url is not None:
-        meta = yaml.safe_load(front_matter[0].strip("-\n")) if front_matter else {}
-        extras = ",".join((meta or {}).get("extras", []))
+        front_matter = next((c.source for c in read.cells if c.cell_type == "raw"), "")
+        extras = ",".join((yaml.safe_load(front_matter.strip("-\n")) or {}).get("extras", []))
         requirement = f"qkv[{extras}]" if extras else "qkv"
-        source = INSTALL.format(index_url=index_url, requirement=requirement)
-        cells.append(nbformat.v4.new_code_cell(source))
-    prose: list[str] = []
-    markers: list[str] = []
-
-    def add_markdown(text: str) -> None:
-        text = text.strip("\n")
-        if text.strip():
-            cells.append(nbformat.v4.new_markdown_cell(LINK.sub(_linker(link), text)))
-
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        comment = COMMENT.match(line)
-        fence = FENCE.match(line)
-        if comment:
-            markers.append(comment["comment"])
-        elif fence:
-            end = _closing_fence(lines, index, fence)
-            body = textwrap.dedent("\n".join(lines[index + 1 : end]))
-            info = fence["info"].strip()
-            snippets = _snippets(body)
-            if info == "python" and not snippets:
-                add_markdown("\n".join(prose))
-                prose = []
-                cell = nbformat.v4.new_code_cell(body)
-                conditions = [found["condition"] for m in markers if (found := SKIPIF.match(m))]
-                if conditions:
-                    cell.metadata["qkv"] = {"skipif": conditions[0]}
-                cells.append(cell)
-            elif snippets:
-                title = TITLE.search(info)
-                caption = f"From `{title['title']}`:\n\n" if title else ""
-                source = "\n\n".join(_snippet(root, *snippet) for snippet in snippets)
-                language = LANGUAGES.get(info.split()[0], info.split()[0]) if info else ""
-                prose.append(f"{caption}```{language}\n{source}\n```")
+        install = INSTALL.format(index_url=index_url, requirement=requirement)
+        cells.append(nbformat.v4.new_code_cell(install))
+    body: list[nbformat.NotebookNode] = []
+    for cell in read.cells:
+        if cell.cell_type == "code":
+            body.append(nbformat.v4.new_code_cell(cell.source))
+        elif cell.cell_type == "markdown":
+            prose = LINK.sub(lambda found: _linked(found, link), cell.source)
+            # jupytext splits prose at regions and at two blank lines: one cell between code cells
+            if body and body[-1].cell_type == "markdown":
+                body[-1].source += "\n\n" + prose
             else:
-                prose.extend(lines[index : end + 1])
-            markers = []
-            index = end
-        else:
-            prose.append(line)
-            if line.strip():
-                markers = []
-        index += 1
-    add_markdown("\n".join(prose))
-
+                body.append(nbformat.v4.new_markdown_cell(prose))
     notebook = nbformat.v4.new_notebook(
-        cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}}
+        cells=cells + body, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}}
     )
     for number, cell in enumerate(notebook.cells):
         cell.id = f"cell-{number}"
@@ -148,54 +120,17 @@ def article_notebook(
     return notebook
 
 
-def _closing_fence(lines: list[str], start: int, opening: re.Match[str]) -> int:
-    """Index of the line that closes the fence opened at `start`."""
-    close = re.compile(rf"^ *{re.escape(opening['mark'][0])}{{{len(opening['mark'])},}}\s*$")
-    for end in range(start + 1, len(lines)):
-        if close.match(lines[end]):
-            return end
-    raise ValueError(f"the fence opened on line {start + 1} is never closed")
+def _listing(fence: re.Match[str]) -> str:
+    """A fence that shows a file of the package, as a Markdown listing under the file's name."""
+    source = fence["body"].strip("\n")
+    return f"<!-- #region -->\nFrom `{fence['title']}`:\n\n```python\n{source}\n```\n<!-- #endregion -->"
 
 
-def _snippets(body: str) -> list[tuple[str, str | None]]:
-    """The (path, section) of each snippet a fence includes; none for ordinary code."""
-    lines = [line for line in body.splitlines() if line.strip()]
-    if not any(line.lstrip().startswith("--8<--") for line in lines):
-        return []
-    found = [SNIPPET.match(line) for line in lines]
-    if not all(found):
-        raise ValueError(
-            f"a fence mixes code and snippet includes, or a form not handled: {body!r}"
-        )
-    return [(match["path"], match["section"]) for match in found]
-
-
-def _snippet(root: Path, path: str, section: str | None) -> str:
-    """The text pymdownx.snippets would include (`dedent_subsections: true`), without section markers."""
-    file = root / path
-    if not file.is_file():
-        raise ValueError(f"snippet file not found: {path}")
-    lines = file.read_text(encoding="utf-8").splitlines()
-    if section is not None:
-        starts = [i for i, line in enumerate(lines) if f"--8<-- [start:{section}]" in line]
-        ends = [i for i, line in enumerate(lines) if f"--8<-- [end:{section}]" in line]
-        if not starts or not ends or ends[0] < starts[0]:
-            raise ValueError(f"snippet section not found: {path}:{section}")
-        lines = lines[starts[0] + 1 : ends[0]]
-    kept = [line for line in lines if not re.search(r"--8<-- \[(start|end):", line)]
-    return textwrap.dedent("\n".join(kept)).strip("\n")
-
-
-def _linker(link: Callable[[str], str]) -> Callable[[re.Match[str]], str]:
-    """A `re.sub` replacement that passes relative link targets through `link`."""
-
-    def replace(found: re.Match[str]) -> str:
-        target = found["target"]
-        if re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", target):
-            return found[0]
-        return f"{found['head']}{link(target)}{found['tail']}"
-
-    return replace
+def _linked(found: re.Match[str], link: Callable[[str], str]) -> str:
+    """A Markdown link or image whose relative target is passed through `link`."""
+    if ABSOLUTE.match(found["target"]):
+        return found[0]
+    return f"{found['head']}{link(found['target'])}{found['tail']}"
 
 
 # --- the hook ----------------------------------------------------------------------------------------------
@@ -216,16 +151,13 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
             raise PluginError(f"{page.file.src_uri}: no file {source} for the link {target!r}")
         return config.site_url + linked.url + (f"#{anchor}" if anchor else "")
 
-    try:
-        notebook = article_notebook(
-            page.file.content_string,
-            root=Path(config.config_file_path).parent,
-            link=link,
-            url=config.site_url + page.url,
-            index_url=config.site_url + "simple/",
-        )
-    except ValueError as error:
-        raise PluginError(f"{page.file.src_uri}: {error}") from error
+    notebook = article_notebook(
+        page.file.content_string,
+        snippets=config.mdx_configs["pymdownx.snippets"],
+        link=link,
+        url=config.site_url + page.url,
+        index_url=config.site_url + "simple/",
+    )
     content = json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
     files.append(File.generated(config, posixpath.join(folder, name), content=content))
     icon = _icon(config, "material/download")

@@ -128,9 +128,14 @@ def check_attention_inputs(
         batch = torch.broadcast_shapes(batches["query"], batches["key"])
         check_mask("attn_mask", attn_mask, query)
         check_broadcast("attn_mask", attn_mask, (*batch, query.size(-2), key.size(-2)))
+    check_scale(scale)
+    check_probability("dropout_p", dropout_p)
+
+
+def check_scale(scale: object) -> None:
+    """Raise unless `scale` is None or a real number (a Python or NumPy int or float, not a bool)."""
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
         raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
-    check_probability("dropout_p", dropout_p)
 
 
 def check_probability(name: str, p: object) -> None:

@@ -462,8 +462,13 @@ def write_table(report: dict, path: Path) -> None:
 
     replaced = {same(case) for case in new}
     table["cases"] = [case for case in table["cases"] if same(case) not in replaced] + new
+    write_json(table, path)
+
+
+def write_json(data: dict, path: Path) -> None:
+    """Write `data` (a report, the measured table) to `path` as indented JSON, creating its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool | str) -> Figure:
@@ -570,10 +575,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; write the JSON report and, if asked, plots and table."""
     args = parse_args(argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def save(report: dict) -> None:  # after every case: a run cut short keeps what it measured
-        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        write_json(report, args.out)
         if args.table:
             write_table(report, args.table)
 

@@ -8,7 +8,8 @@ Backends:
   for by name, also on CPU tensors under Triton's interpreter, `TRITON_INTERPRET=1`: slowly, for testing);
 - `"torch"`: `torch.nn.functional.scaled_dot_product_attention`; a bottom-right alignment, `window` and
   `key_lengths` become a boolean mask, built by `qkv.masks`;
-- `"reference"`: the package's explicit formula, `qkv.scaled_dot_product_attention`, on request only.
+- `"reference"`: the package's explicit formula, `qkv.scaled_dot_product_attention`'s, on request only
+  (without its input checks: `attention` has made them).
 
 `"auto"` picks triton where the kernels take the call, on CUDA, and where they were measured faster than
 torch on this GPU model: `qkv/kernels/measured.json` holds both backends' times, written by
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from qkv._checks import check_attention_inputs, shape
-from qkv.functional import scaled_dot_product_attention
+from qkv.functional import _scaled_dot_product_attention
 from qkv.kernels.contract import Causal, alignment, check_kernel_inputs, check_masks
 from qkv.masks import Alignment, causal_mask, padding_mask, sliding_window_mask
 
@@ -106,7 +107,8 @@ def attention(
         query: `(..., L, E)`; `(B, H, L, E)` for the triton backend and with `key_lengths`.
         key: `(..., S, E)`; with `enable_gqa`, its heads (dim -3) may divide the query's.
         value: `(..., S, Ev)`.
-        attn_mask: bool (True = may attend) or float (added), broadcastable to `(..., L, S)`.
+        attn_mask: bool (True = may attend) or float (added), broadcastable to `(..., L, S)`, at least
+            `(L, S)` or `(1, S)`.
         is_causal: False; True or `"top_left"` lets query `i` attend keys `j <= i` (torch's `is_causal`);
             `"bottom_right"` keys `j <= i + S - L` (new queries against cached keys).
         scale: multiplies the scores; `1 / sqrt(E)` when None.
@@ -177,7 +179,7 @@ def _attention(
         attn_mask, is_causal = _as_mask(query, key, aligned, window, key_lengths), False
     else:
         is_causal = aligned is not None
-    sdpa = F.scaled_dot_product_attention if chosen == "torch" else scaled_dot_product_attention
+    sdpa = F.scaled_dot_product_attention if chosen == "torch" else _scaled_dot_product_attention
     return sdpa(
         query,
         key,
@@ -204,6 +206,11 @@ def _check(
 ) -> None:
     """Raise unless the inputs make a well-formed call, whichever backend runs it."""
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
+    if attn_mask is not None and attn_mask.dim() < 2:  # torch's kernels fail on it with 4-D inputs
+        raise ValueError(
+            f"attn_mask must have at least 2 dimensions (..., L, S), got shape {shape(attn_mask)}: "
+            "give a row of S flags that every query shares as (1, S)"
+        )
     if key_lengths is not None and (query.dim() != 4 or key.dim() != 4):
         raise ValueError(
             f"key_lengths needs 4-D (B, H, N, E) query and key, got query {shape(query)}, "
@@ -211,9 +218,7 @@ def _check(
         )
     if key_lengths is not None and attn_mask is not None:
         raise ValueError("pass either attn_mask or key_lengths, not both")
-    batch = max(
-        query.size(0), key.size(0)
-    )  # B of (B, H, N, E) as they broadcast; read with key_lengths
+    batch = max(query.size(0), key.size(0))  # B of (B, H, N, E) as they broadcast, for key_lengths
     check_masks(is_causal, window, key_lengths, batch, query.device, "is_causal")
 
 

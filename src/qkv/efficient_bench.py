@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import statistics
 import sys
@@ -38,7 +37,7 @@ from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
 from qkv import efficient
-from qkv.bench import environment
+from qkv.bench import environment, write_json
 from qkv.functional import scaled_dot_product_attention
 from qkv.masks import sliding_window_mask
 
@@ -260,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     report = run(args.n, args.exact_max, args.rounds)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(report, args.out)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -126,6 +126,22 @@ def scaled_dot_product_attention(
             or a `dropout_p` outside [0, 1].
     """
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
+    return _scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+    )
+
+
+def _scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """`scaled_dot_product_attention` without the checks, for callers that made them."""
     output_dtype, dtype = query.dtype, _compute_dtype(query)
     query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     weights = _attention_weights(query, key, attn_mask, is_causal, scale, enable_gqa)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import socket
 import sys
@@ -38,7 +37,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from qkv.bench import environment
+from qkv.bench import environment, write_json
 from qkv.distributed import (
     _attend,
     _check_shards,
@@ -189,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32"}
     info = environment(device) | {"threads_per_process": 1 if device.type == "cpu" else None}
     report = {"environment": info, "shape": settings, "results": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(report, args.out)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -5,13 +5,12 @@ holds only for the kernels. Importing this module does not import Triton.
 """
 
 import importlib.util
-from numbers import Real
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from qkv._checks import check_same_dtype_and_device, check_tensor, shape
+from qkv._checks import check_same_dtype_and_device, check_scale, check_tensor, shape
 from qkv.masks import ALIGNMENTS, Alignment
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -126,8 +125,7 @@ def check_kernel_inputs(q: Tensor, k: Tensor, v: Tensor, scale: object) -> None:
         )
     if q.size(2) == 0 or k.size(2) == 0:
         raise ValueError(f"q and k need at least one position: q {shape(q)}, k {shape(k)}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
-        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    check_scale(scale)
     if importlib.util.find_spec("triton") is None:
         raise ValueError("the kernels need Triton, which is not installed (pip install triton)")
     from qkv.kernels import flash  # Triton, and whether it interprets, are known from here on
