@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
-from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, Visit
+from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, SKIPPABLE, Visit
 
 # Alt texts that say nothing about the picture.
 EMPTY_ALT = {
@@ -144,15 +144,17 @@ def test_page_weight_is_within_budget(visits: list[Visit]) -> None:
 
 
 # Heights of an article's blocks, once every block has been on screen (scrolled through in screenfuls).
-BLOCK_HEIGHTS = """async () => {
+BLOCK_HEIGHTS = f"""async () => {{
+  const blocks = [...document.querySelectorAll("{SKIPPABLE}")];
+  const skipped = blocks.filter((el) => getComputedStyle(el).contentVisibility === "auto").length;
   const step = window.innerHeight / 2;
-  for (let y = 0; y <= document.documentElement.scrollHeight; y += step) {
+  for (let y = 0; y <= document.documentElement.scrollHeight; y += step) {{
     window.scrollTo(0, y);
     await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
-  }
-  return [...document.querySelectorAll("article.md-content__inner > *")].map(
-    (el) => `${el.tagName.toLowerCase()}.${el.className} ${el.getBoundingClientRect().height.toFixed(1)}`);
-}"""
+  }}
+  return {{skipped, heights: blocks.map(
+    (el) => `${{el.tagName.toLowerCase()}}.${{el.className}} ${{el.getBoundingClientRect().height.toFixed(1)}}`)}};
+}}"""
 
 
 def test_skipping_off_screen_layout_leaves_every_block_its_height(
@@ -160,16 +162,23 @@ def test_skipping_off_screen_layout_leaves_every_block_its_height(
 ) -> None:
     """`content-visibility: auto` keeps a block's margins inside it: extra.css moves them so nothing moves."""
     moved = {}
-    for post in ("masking", "flash-attention", "multi-head-attention"):
+    for path in (
+        "blog/masking/",
+        "blog/flash-attention/",
+        "blog/multi-head-attention/",
+        "notebooks/playground/",
+    ):
         heights = []
         for extra_css in ("", LAY_OUT_EVERYTHING):
             page = browser.new_page(viewport=PHONE)
-            page.goto(f"{site.url}blog/{post}/", wait_until="networkidle")
+            page.goto(site.url + path, wait_until="networkidle")
             if extra_css:
                 page.add_style_tag(content=extra_css)
             heights.append(page.evaluate(BLOCK_HEIGHTS))
             page.close()
         skipped, laid_out = heights
-        assert len(skipped) > 20, f"{post}: the article has {len(skipped)} blocks"
-        moved[post] = [(a, b) for a, b in zip(skipped, laid_out, strict=True) if a != b]
+        assert skipped["skipped"] > 10, f"/{path}: {skipped['skipped']} blocks skippable"
+        assert laid_out["skipped"] == 0
+        pairs = zip(skipped["heights"], laid_out["heights"], strict=True)
+        moved[path] = [(a, b) for a, b in pairs if a != b]
     assert not any(moved.values()), _report(moved)
