@@ -167,6 +167,7 @@ def test_skipping_off_screen_layout_leaves_every_block_its_height(
         "blog/flash-attention/",
         "blog/multi-head-attention/",
         "notebooks/playground/",
+        "reference/",
     ):
         heights = []
         for extra_css in ("", LAY_OUT_EVERYTHING):
