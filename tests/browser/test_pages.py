@@ -145,6 +145,11 @@ def test_page_weight_is_within_budget(visits: list[Visit]) -> None:
 
 # Heights of an article's blocks, once every block has been on screen (scrolled through in screenfuls).
 BLOCK_HEIGHTS = f"""async () => {{
+  const shifts = await new Promise((done) => {{  // the shifts so far (buffered ones come at once)
+    new PerformanceObserver((found) => done(found.getEntries()))
+      .observe({{type: "layout-shift", buffered: true}});
+    setTimeout(() => done([]), 500);
+  }});
   const blocks = [...document.querySelectorAll("{SKIPPABLE}")];
   const skipped = blocks.filter((el) => getComputedStyle(el).contentVisibility === "auto").length;
   const step = window.innerHeight / 2;
@@ -152,7 +157,8 @@ BLOCK_HEIGHTS = f"""async () => {{
     window.scrollTo(0, y);
     await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
   }}
-  return {{skipped, heights: blocks.map(
+  const shift = shifts.filter((s) => !s.hadRecentInput).reduce((sum, s) => sum + s.value, 0);
+  return {{skipped, shift, heights: blocks.map(
     (el) => `${{el.tagName.toLowerCase()}}.${{el.className}} ${{el.getBoundingClientRect().height.toFixed(1)}}`)}};
 }}"""
 
@@ -180,6 +186,9 @@ def test_skipping_off_screen_layout_leaves_every_block_its_height(
         skipped, laid_out = heights
         assert skipped["skipped"] > 10, f"/{path}: {skipped['skipped']} blocks skippable"
         assert laid_out["skipped"] == 0
+        assert skipped["shift"] < 0.01, (
+            f"/{path}: layout shift {skipped['shift']:.3f} while loading"
+        )
         pairs = zip(skipped["heights"], laid_out["heights"], strict=True)
         moved[path] = [(a, b) for a, b in pairs if a != b]
     assert not any(moved.values()), _report(moved)
