@@ -29,6 +29,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
@@ -152,12 +153,63 @@ def _drop_empty_groups(parent: ET.Element) -> None:
 
 
 def draw_variant(draw: Callable[[], Figure], variant: str) -> tuple[Figure, bytes]:
-    """Draw and save a figure under the rcParams of one variant of the style; the figure and its SVG."""
+    """Draw and save a figure under the rcParams of one variant of the style; the figure and its SVG.
+
+    Raises:
+        TypeError: `draw` returned something else than a Figure.
+        ValueError: the figure breaks the figure contract (`contract_breaches`).
+    """
     with matplotlib.rc_context(style.rc(variant)):
         figure = draw()
         if not isinstance(figure, Figure):
             raise TypeError(f"returned {type(figure).__name__}, not a Figure")
-        return figure, _svg(figure)
+        svg = _svg(figure)
+        breaches = contract_breaches(figure)
+    if breaches:
+        raise ValueError(
+            "breaks the figure contract (docs/figures/style.py):\n" + "\n".join(breaches)
+        )
+    return figure, svg
+
+
+def contract_breaches(figure: Figure) -> list[str]:
+    """What keeps a drawn figure from being legible on a phone: too wide, text too small, text cut off.
+
+    A figure at most `style.MAX_WIDTH_IN` wide, with no text smaller than `style.BASE_SIZE_PT`, shows its text
+    at `style.MIN_PHONE_TEXT_PX` or more when shrunk into a `style.PHONE_COLUMN_PX` column. (The sub- and
+    superscripts inside one text are smaller, as in print.)
+    """
+    breaches = []
+    width, height = figure.get_size_inches()
+    if width > style.MAX_WIDTH_IN:
+        breaches.append(f"{width:g} in wide: at most {style.MAX_WIDTH_IN} in (stack the panels)")
+    texts = [
+        text
+        for text in figure.findobj(Text)
+        if text.get_visible() and text.get_text().strip() and text.get_figure() is not None
+    ]
+    small = sorted({text.get_text() for text in texts if text.get_fontsize() < style.BASE_SIZE_PT})
+    if small:
+        breaches.append(f"text smaller than {style.BASE_SIZE_PT:g} pt: {small[:5]}")
+    shrink = min(1.0, style.PHONE_COLUMN_PX / (width * 96))
+    smallest = min((text.get_fontsize() for text in texts), default=style.BASE_SIZE_PT)
+    if smallest * 96 / 72 * shrink < style.MIN_PHONE_TEXT_PX:
+        breaches.append(
+            f"its smallest text is {smallest * 96 / 72 * shrink:.1f} CSS px in a "
+            f"{style.PHONE_COLUMN_PX} px column: at least {style.MIN_PHONE_TEXT_PX:g}"
+        )
+    drawn = figure.get_tightbbox()  # inches, everything drawn
+    slack = 1 / 72
+    if (
+        drawn.x0 < -slack
+        or drawn.y0 < -slack
+        or drawn.x1 > width + slack
+        or drawn.y1 > height + slack
+    ):
+        breaches.append(
+            f"something is drawn outside the figure: {drawn.bounds} in a {width:g} x {height:g} in figure"
+        )
+    return breaches
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
