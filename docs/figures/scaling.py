@@ -33,7 +33,7 @@ def variance_vs_width() -> Figure:
     ax = fig.subplots()
     ax.plot(WIDTHS, WIDTHS, color="C7", linestyle="--", label="$d_k$ (theory)")
     ax.plot(WIDTHS, raw, "o-", label=r"Var$(q \cdot k)$")
-    ax.plot(WIDTHS, scaled, "s-", label=r"Var$(q \cdot k / \sqrt{d_k})$")
+    ax.plot(WIDTHS, scaled, "s-", label=r"Var$(q \cdot k\ /$√$d_k)$")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("$d_k$")

@@ -44,7 +44,10 @@ CYCLES = {
 # Material's page background and body text: white and 87% black; slate hsl(225, 15%, 14%) and its text at
 # hsla(225, 15%, 90%, 0.82) over it.
 PAGES = {"light": ("#ffffff", "#212121"), "dark": ("#1e2129", "#bfc1c7")}
-INKS = ("#000000", "#ffffff")  # text on a coloured cell: whichever reads better, 4.58:1 at the least
+INKS = (
+    "#000000",
+    "#ffffff",
+)  # text on a coloured cell: whichever reads better, 4.58:1 at the least
 
 BASE = {
     "font.family": "sans-serif",

@@ -104,7 +104,7 @@ def stream_lengths() -> Figure:
                 h = block(h)
                 lengths.append(h.norm(dim=-1).mean().item())
         ax.plot(range(STREAM_DEPTH + 1), lengths, f"{marker}-", label=label)
-    ax.axhline(STREAM_WIDTH**0.5, color="C7", linestyle=":", label=r"$\sqrt{E}$ = 8")
+    ax.axhline(STREAM_WIDTH**0.5, color="C7", linestyle=":", label="√$E$ = 8")
     ax.set_xlabel("blocks applied")
     ax.set_ylabel("mean length of a token's vector")
     ax.set_title(f"The residual stream at initialisation, E = {STREAM_WIDTH}")
