@@ -90,7 +90,7 @@ def test_a_figure_within_the_contract_passes() -> None:
 
 def test_minified_svg_keeps_every_text_and_is_smaller() -> None:
     buffer = io.BytesIO()
-    with matplotlib.rc_context(style.rc("light")):
+    with matplotlib.rc_context(style.rc("light") | figures.SVG_SETTINGS):
         _line().savefig(buffer, format="svg", metadata={"Date": None})
     original = buffer.getvalue()
     minified = figures._minify(original)

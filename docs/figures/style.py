@@ -77,8 +77,6 @@ BASE = {
     "image.cmap": "viridis",
     "image.interpolation": "none",  # a grid of cells stays a small image, drawn crisp
     "savefig.transparent": True,
-    "svg.fonttype": "none",  # text as <text>, not glyph outlines: smaller and selectable
-    "svg.hashsalt": "qkv",  # deterministic ids
 }
 
 

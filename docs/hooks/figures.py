@@ -45,12 +45,9 @@ _sizes: dict[str, tuple[int, int]] = {}
 SVG, XLINK = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
 ET.register_namespace("", SVG)
 ET.register_namespace("xlink", XLINK)
-GEOMETRY = {
-    "d",
-    "x",
-    "y",
-    "transform",
-}  # the attributes whose numbers matplotlib writes to 6 decimals
+# Text as <text>, not glyph outlines (smaller, selectable, drawn in the page's fonts); ids from a fixed salt.
+SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "qkv"}
+GEOMETRY = {"d", "x", "y", "transform"}  # attributes whose numbers matplotlib writes to 6 decimals
 DECIMAL = re.compile(r"-?\d+\.\d+")
 
 
@@ -91,7 +88,8 @@ def _figures_of(script: Path) -> dict[str, Callable[[], Figure]]:
 def _svg(figure: Figure) -> bytes:
     """The figure as deterministic, minified SVG bytes, saved under the rcParams in effect (a variant's)."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    with matplotlib.rc_context(SVG_SETTINGS):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
     return _minify(buffer.getvalue())
 
 
