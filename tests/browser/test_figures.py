@@ -43,7 +43,7 @@ def test_each_figure_shows_its_scheme_and_fits_a_phone(
             for image in page.locator('article img[src*="/figures/"]').all():
                 if image.is_visible():
                     image.scroll_into_view_if_needed()  # the images load lazily
-            page.wait_for_load_state("networkidle")
+                    image.evaluate("(img) => img.decode().catch(() => null)")  # loaded, or failed
             found = page.evaluate(FIGURES)
             shown = [image for image in found if image["shown"]]
             shown_in_all += len(shown)
