@@ -27,7 +27,7 @@ def _line(width: float = 4.0, x: float = 0.5, **text: object) -> Figure:
     ax.plot([0, 1], [1, 0], label="a line")
     ax.set_title("a title")
     fig.text(x, 0.5, "0.0042", **text)
-    ax.set_xlabel(r"$\sqrt{d_k}$")
+    ax.set_xlabel("√$d_k$")
     ax.legend()
     return fig
 
@@ -102,6 +102,18 @@ def test_minified_svg_keeps_every_text_and_is_smaller() -> None:
     assert b"text{font-family:Helvetica,Arial,'DejaVu Sans',sans-serif}" in minified
 
 
+def test_a_figure_with_a_radical_keeps_its_text_as_outlines() -> None:
+    def with_radical() -> Figure:
+        figure = _line()
+        figure.axes[0].set_ylabel(r"$1/\sqrt{M}$")
+        return figure
+
+    assert b"<text" in figures.draw_variant(_line, "light")[1]
+    outlines = figures.draw_variant(with_radical, "light")[1]
+    assert b"<text" not in outlines
+    assert outlines.count(b"<path") > 20
+
+
 def test_the_page_shows_the_variant_of_the_scheme() -> None:
     figures._sizes["a-line"] = (384, 288)
     html = '<figure>\n<p><img alt="A line" src="../../figures/a-line.svg" /></p>'
@@ -118,11 +130,8 @@ def test_the_page_shows_the_variant_of_the_scheme() -> None:
 
 # A colour, a grey level, a colormap or a font size named in a figure script: the contract says to use the
 # cycle "C0".."C9", rcParams and the style's helpers instead, so that both variants come from the same code.
-# And `\sqrt` in mathtext: its radical is a glyph of a STIX font that readers lack (the SVG keeps text as
-# text), so it shows broken; write the character √ before the math instead, as in "√$d_k$".
 NAMED = re.compile(
-    r"""\\sqrt"""
-    r"""|["']\#[0-9a-fA-F]{3,8}["']"""
+    r"""["']\#[0-9a-fA-F]{3,8}["']"""
     r"""|["'](?:white|black|gr[ae]y|red|blue|green|orange|tab:\w+)["']"""
     r"""|colou?r\w*\s*=\s*["'][01]?\.\d+["']"""
     r"""|cmap\s*=\s*["']"""
@@ -130,7 +139,7 @@ NAMED = re.compile(
 )
 
 
-def test_figure_scripts_name_no_colour_no_font_size_and_no_sqrt() -> None:
+def test_figure_scripts_name_no_colour_and_no_font_size() -> None:
     scripts = figures.scripts(ROOT / "docs")
     assert scripts
     assert figures.STYLE not in scripts

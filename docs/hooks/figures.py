@@ -46,6 +46,8 @@ SVG, XLINK = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
 ET.register_namespace("", SVG)
 ET.register_namespace("xlink", XLINK)
 # Text as <text>, not glyph outlines (smaller, selectable, drawn in the page's fonts); ids from a fixed salt.
+# A figure with a mathtext radical keeps its text as outlines: the radical is a glyph of a STIX font that
+# readers lack (write the character instead, "√$d_k$", to keep the text).
 SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "qkv"}
 GEOMETRY = {"d", "x", "y", "transform"}  # attributes whose numbers matplotlib writes to 6 decimals
 DECIMAL = re.compile(r"-?\d+\.\d+")
@@ -88,7 +90,8 @@ def _figures_of(script: Path) -> dict[str, Callable[[], Figure]]:
 def _svg(figure: Figure) -> bytes:
     """The figure as deterministic, minified SVG bytes, saved under the rcParams in effect (a variant's)."""
     buffer = io.BytesIO()
-    with matplotlib.rc_context(SVG_SETTINGS):
+    radical = any("\\sqrt" in text.get_text() for text in figure.findobj(Text))
+    with matplotlib.rc_context({**SVG_SETTINGS, **({"svg.fonttype": "path"} if radical else {})}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     return _minify(buffer.getvalue())
 
