@@ -6,8 +6,10 @@ one style (`docs/figures/style.py`), and saved as SVG at the docs-relative paths
 and `figures/<figure-name>-dark.svg`. A post shows it with ONE image, `![alt text](../../figures/<name>.svg)`
 (strict link validation finds the file); on the page this hook turns that `<img>` into two, the light one
 marked `#only-light` and the dark one `#only-dark`, which Material shows according to the reader's colour
-scheme and its toggle. The SVG is deterministic (fixed hash salt, no date). Any error in a script fails the
-build, and so does a figure whose two variants differ in size. Each `<img>` of a figure gets the figure's
+scheme and its toggle. The SVG is deterministic (fixed hash salt, no date), keeps its text as text in the
+page's fonts, and is minified (`_minify`). Any error in a script fails the build, and so does a figure that
+breaks the figure contract (`contract_breaches`: too wide for a phone, text below the style's base size, or
+drawn outside its box) or whose two variants differ in size. Each `<img>` of a figure gets the figure's
 width and height in CSS pixels, so the browser reserves its box before the file arrives (no layout shift; the
 theme scales it to the column). Both are loaded lazily: the one of the scheme not shown is then never fetched.
 """
