@@ -44,10 +44,8 @@ CYCLES = {
 # Material's page background and body text: white and 87% black; slate hsl(225, 15%, 14%) and its text at
 # hsla(225, 15%, 90%, 0.82) over it.
 PAGES = {"light": ("#ffffff", "#212121"), "dark": ("#1e2129", "#bfc1c7")}
-INKS = (
-    "#000000",
-    "#ffffff",
-)  # text on a coloured cell: whichever reads better, 4.58:1 at the least
+# Text on a coloured cell: whichever of black and white reads better on it, at 4.58:1 at the least.
+INKS = ("#000000", "#ffffff")
 
 BASE = {
     "font.family": "sans-serif",
@@ -68,10 +66,8 @@ BASE = {
     "axes.linewidth": 0.8,
     "axes.spines.top": False,
     "axes.spines.right": False,
-    "axes.titlelocation": "center",
     "grid.linewidth": 0.6,
     "grid.alpha": 0.35,
-    "legend.frameon": True,
     "legend.framealpha": 0.85,
     "legend.edgecolor": "none",
     "image.cmap": "viridis",
