@@ -66,9 +66,13 @@ def test_every_figure_is_drawn_into_the_site(site: Path) -> None:
     names = [name for script in figures.scripts(DOCS) for name in figures._figures_of(script)]
     assert names, "no figure scripts under docs/figures/"
     for name in names:
-        svg = (site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
-        assert svg.lstrip().startswith("<?xml")
-        assert "<dc:date>" not in svg
+        light = (site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+        dark = (site / "figures" / f"{name}-dark.svg").read_text(encoding="utf-8")
+        for svg in (light, dark):
+            assert svg.startswith("<?xml")
+            assert "<metadata" not in svg
+        assert light != dark, name
+    assert len(list((site / "figures").glob("*.svg"))) == 2 * len(names)
 
 
 def test_notebook_is_executed_and_downloadable(site: Path) -> None:
@@ -228,8 +232,32 @@ def test_every_figure_image_reserves_its_box(site: Path) -> None:
     assert images
     for page, tag in images:
         width, height = re.search(r'width="(\d+)" height="(\d+)"', tag).groups()
-        name = re.search(r"figures/([a-z0-9-]+)\.svg", tag)[1]
+        name = re.search(r"figures/([a-z0-9-]+)\.svg#only-(?:light|dark)", tag)[1]
         svg = (site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
         points = re.search(r'<svg [^>]*width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups()
         assert abs(int(width) - float(points[0]) * 4 / 3) <= 1, (page, name)
         assert abs(int(height) - float(points[1]) * 4 / 3) <= 1, (page, name)
+
+
+def test_every_figure_shows_in_both_schemes_with_a_caption(site: Path) -> None:
+    """One image in a post gives a light and a dark one, shown by Material per scheme, in a captioned figure."""
+    shown = 0
+    for page in sorted(site.glob("blog/*/index.html")):
+        html = page.read_text(encoding="utf-8")
+        pairs = re.findall(
+            r'<img [^>]*src="[^"]*figures/([a-z0-9-]+)\.svg#only-light"[^>]*>'
+            r'<img [^>]*src="[^"]*figures/([a-z0-9-]+)-dark\.svg#only-dark"[^>]*>',
+            html,
+        )
+        assert len(pairs) == len(re.findall(r"<img [^>]*figures/", html)) / 2, page
+        assert all(light == dark for light, dark in pairs), page
+        for name, _ in pairs:
+            figure = re.search(
+                rf"<figure[^>]*>\s*<p><img [^>]*figures/{name}\.svg#only-light.*?</figure>",
+                html,
+                re.S,
+            )
+            assert figure, (page, name)
+            assert re.search(r"<figcaption>\s*<p>\S", figure[0]), (page, name)
+        shown += len(pairs)
+    assert shown >= 20

@@ -7,6 +7,8 @@ rank's key and value block each rank attends to at each step, and the steps that
 against N, for 2 and 4 processes.
 """
 
+import matplotlib
+from _style import ink_on, on_page
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -14,44 +16,45 @@ import qkv
 from qkv.data import recorded
 
 WORLD = 4
-COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]  # one per block owner
 
 
 def ring() -> Figure:
     """Two grids of ranks x steps; each cell names the block attended, coloured by its owner."""
-    fig = Figure(figsize=(7.0, 3.6), layout="constrained")
-    for ax, causal in zip(fig.subplots(1, 2), (False, True), strict=True):
+    fig = Figure(figsize=(5.5, 7.4), layout="constrained")
+    for ax, causal in zip(fig.subplots(2, 1), (False, True), strict=True):
         schedule = qkv.ring_schedule(WORLD, causal)
         for rank, sources in enumerate(schedule):
             for step, source in enumerate(sources):
                 if source is None:
-                    face, text, colour = "#eeeeee", "skip", "0.35"
+                    face, text = on_page(matplotlib.rcParams["text.color"], 0.1), "skip"
                 else:
-                    face, colour = COLOURS[source], "white"
+                    face = f"C{source}"  # one colour per block owner
                     text = f"K{source}V{source}" + ("\n(tril)" if causal and source == rank else "")
                 ax.add_patch(_cell(step, rank, face))
-                ax.text(step, rank, text, ha="center", va="center", fontsize=8, color=colour)
+                ax.text(step, rank, text, ha="center", va="center", color=ink_on(face))
         ax.set_xlim(-0.5, WORLD - 0.5)
         ax.set_ylim(WORLD - 0.5, -0.5)
         ax.set_xticks(range(WORLD))
         ax.set_yticks(range(WORLD), [f"rank {r}" for r in range(WORLD)])
         ax.set_xlabel("step")
         ax.set_aspect("equal")
+        ax.tick_params(length=0)
+        ax.spines[:].set_visible(False)
         computed = sum(source is not None for row in schedule for source in row)
         title = "causal" if causal else "full"
-        ax.set_title(f"{title}: {computed} of {WORLD * WORLD} blocks computed", fontsize=10)
+        ax.set_title(f"{title}: {computed} of {WORLD * WORLD} blocks computed")
     return fig
 
 
 def _cell(x: float, y: float, face: str) -> Rectangle:
-    return Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, facecolor=face, edgecolor="white")
+    return Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, facecolor=face, edgecolor="none")
 
 
 def communication() -> Figure:
     """Milliseconds against N per world size: the ring, computation alone, communication alone."""
     report = recorded("attention-across-devices")
     worlds = sorted({row["world"] for row in report["results"]})
-    fig = Figure(figsize=(7.0, 4.2 * len(worlds)), layout="constrained")
+    fig = Figure(figsize=(5.5, 3.4 * len(worlds) + 1.6), layout="constrained")
     for ax, world in zip(fig.subplots(len(worlds), 1, sharex=True), worlds, strict=True):
         rows = [row for row in report["results"] if row["world"] == world]
         ns = [row["n"] for row in rows]
@@ -69,19 +72,18 @@ def communication() -> Figure:
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",
-                fontsize=8,
             )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_ylabel("ms, slowest rank")
         ax.set_title(f"{world} processes, gloo", fontsize="medium")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize="small", loc="upper left")
-    ax.set_xlabel("sequence length N (whole sequence; each rank holds N / world)")
+        ax.grid(True, which="major")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2)
+    ax.set_xlabel("sequence length N (whole sequence;\neach rank holds N / world)")
     env, shape = report["environment"], report["shape"]
     fig.suptitle(
-        f"Forward, B={shape['batch']}, H={shape['heads']}, D={shape['head_dim']}, {shape['dtype']}; "
-        f"percentages: communication share\n{env['device_name']}, 1 thread per process, "
+        f"Forward, B={shape['batch']}, H={shape['heads']}, D={shape['head_dim']}, {shape['dtype']};\n"
+        f"percentages: communication share\n{env['device_name']},\n1 thread per process, "
         f"torch {env['torch']}, {env['date_utc'][:10]}",
         fontsize="medium",
     )

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from matplotlib.colors import ListedColormap
+from _style import kinds_cmap, label_cells
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 from torch import nn
@@ -45,45 +45,43 @@ CONFIGS = {
 
 
 def masks() -> Figure:
-    """Prefill of 4, a chunk of 2, one decoded token: the bottom-right causal masks, new rows only."""
+    """Prefill of 4, a chunk of 2, one decoded token, stacked: the bottom-right causal masks, new rows only."""
     steps = {
         "prefill: 4 new, 0 cached": qkv.causal_mask(4, 4, alignment="bottom_right"),
         "chunk: 2 new, 4 cached": qkv.causal_mask(2, 6, alignment="bottom_right"),
         "decode: 1 new, 6 cached": qkv.causal_mask(1, 7, alignment="bottom_right"),
     }
-    fig = Figure(figsize=(9.0, 2.8), layout="constrained")
-    axes = fig.subplots(1, len(steps), width_ratios=[4, 6, 7])
-    cmap = ListedColormap(["#f2f2f2", "#1f5fa8"])
+    fig = Figure(figsize=(5.5, 6.6), layout="constrained")
+    axes = fig.subplots(len(steps), 1, sharex=True, height_ratios=[4, 2, 1])  # keys aligned
     for ax, (title, mask) in zip(axes, steps.items(), strict=True):
         rows, cols = mask.shape
-        ax.imshow(mask.int().numpy(), cmap=cmap, vmin=0, vmax=1)
-        for i in range(rows):
-            for j in range(cols):
-                kept = bool(mask[i, j])
-                ax.text(j, i, int(kept), ha="center", va="center", fontsize=8,
-                        color="white" if kept else "black")  # fmt: skip
-        ax.set_title(title, fontsize=10)
-        ax.set_xticks(range(cols))
+        image = ax.imshow(mask.int().numpy(), cmap=kinds_cmap(2), vmin=0, vmax=1)
+        label_cells(ax, image, [[str(int(kept)) for kept in row] for row in mask.tolist()])
+        ax.set_title(title)
         ax.set_yticks(range(rows), [str(cols - rows + i) for i in range(rows)])
-        ax.set_xlabel("key position")
-    axes[0].set_ylabel("query position")
+        ax.tick_params(length=0, labelbottom=True)
+        ax.spines[:].set_visible(False)
+        ax.set_ylabel("query")
+    axes[-1].set_xticks(range(cols))
+    axes[-1].set_xlim(-0.5, cols - 0.5)
+    axes[-1].set_xlabel("key position")
     return fig
 
 
 def cache_memory() -> Figure:
     """KiB of cache per token in 16-bit precision, one bar per configuration, log scale."""
     kib = [layers * heads * per_head * 2 / 1024 for layers, heads, per_head in CONFIGS.values()]
-    fig = Figure(figsize=(6.4, 3.4), layout="constrained")
+    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
     ax = fig.subplots()
-    bars = ax.barh(list(CONFIGS), kib, color="#1f5fa8")
-    ax.bar_label(bars, [f"{k:,.1f}" for k in kib], padding=3, fontsize=9)
+    bars = ax.barh(list(CONFIGS), kib, color="C0")
+    ax.bar_label(bars, [f"{k:,.1f}" for k in kib], padding=3)
     ax.set_xscale("log")
-    ax.set_xlim(1, 40000)
+    ax.set_xlim(1, 100000)
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.invert_yaxis()
     ax.set_xlabel("KiB per token, 16-bit (log scale)")
     ax.set_title("KV cache per token of context")
-    ax.grid(True, axis="x", alpha=0.3)
+    ax.grid(True, axis="x")
     return fig
 
 
@@ -160,7 +158,7 @@ def _cpu_name() -> str:
 def step_time() -> Figure:
     """The recorded step times against the context length, log-log, with the machine in the title."""
     record = recorded("decoding")
-    fig = Figure(figsize=(5.6, 4.0), layout="constrained")
+    fig = Figure(figsize=(5.5, 4.2), layout="constrained")
     ax = fig.subplots()
     ax.plot(record["contexts"], record["uncached_ms"], "o-", label="no cache: the whole sequence")
     ax.plot(record["contexts"], record["cached_ms"], "s-", label="KV cache: one new token")
@@ -175,10 +173,10 @@ def step_time() -> Figure:
     ax.set_ylabel("time of one decoding step (ms)")
     ax.set_title(
         f"{record['cpu']}\n{record['threads']} thread, torch {record['torch']}, {record['date']}",
-        fontsize=9,
+        fontsize="medium",
     )
     ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
+    ax.grid(True, which="both")
     return fig
 
 

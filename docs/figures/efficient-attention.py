@@ -8,25 +8,28 @@ number of random features (`qkv.efficient_bench.performer_errors`). `efficient-a
 method's error on the two families of inputs against its recorded time at N = 4096.
 """
 
+import functools
+
+import matplotlib
 import torch
-from matplotlib.colors import ListedColormap
+from _style import kinds_cmap
 from matplotlib.figure import Figure
 
 import qkv
 from qkv import efficient_bench
 from qkv.data import recorded
 
-STYLE = {  # one colour and marker per method, the same in every figure
-    "exact": ("#222222", "o"),
-    "torch-sdpa": ("#7f7f7f", "o"),
-    "window-as-mask": ("#8c564b", "x"),
-    "sliding-window": ("#1f77b4", "s"),
-    "block-sparse": ("#17becf", "D"),
-    "axial": ("#9467bd", "v"),
-    "linear": ("#2ca02c", "^"),
-    "linear-causal": ("#98df8a", "^"),
-    "performer": ("#ff7f0e", "P"),
-    "linformer": ("#d62728", "*"),
+STYLE = {  # one colour of the cycle and one marker per method, the same in every figure
+    "exact": ("C6", "o"),
+    "torch-sdpa": ("C7", "x"),
+    "window-as-mask": ("C5", "x"),
+    "sliding-window": ("C0", "s"),
+    "block-sparse": ("C9", "D"),
+    "axial": ("C4", "v"),
+    "linear": ("C2", "^"),
+    "linear-causal": ("C8", "^"),
+    "performer": ("C1", "P"),
+    "linformer": ("C3", "*"),
 }
 TRADEOFF_N = 4096
 
@@ -43,7 +46,7 @@ def _subtitle(report: dict) -> str:
 def scaling() -> Figure:
     """Two log-log panels: milliseconds and peak MiB against N, a line per method."""
     report = _report()
-    fig = Figure(figsize=(7.0, 7.6), layout="constrained")
+    fig = Figure(figsize=(5.5, 8.4), layout="constrained")
     time_ax, memory_ax = fig.subplots(2, 1, sharex=True)
     for method, (colour, marker) in STYLE.items():
         rows = [row for row in report["results"] if row["method"] == method]
@@ -56,7 +59,7 @@ def scaling() -> Figure:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_ylabel(label)
-        ax.grid(True, which="major", alpha=0.3)
+        ax.grid(True, which="major")
     memory_ax.set_xlabel("sequence length N")
     shape = report["shape"]
     time_ax.set_title(
@@ -64,7 +67,7 @@ def scaling() -> Figure:
         f"{shape['dtype']}\n{_subtitle(report)}",
         fontsize="medium",
     )
-    fig.legend(loc="outside lower center", ncol=4, fontsize="small")
+    fig.legend(loc="outside lower center", ncols=3)
     return fig
 
 
@@ -80,23 +83,26 @@ def patterns() -> Figure:
             "bigbird", n, 2, num_global=1, num_random=2, generator=generator
         ),
     }
-    fig = Figure(figsize=(7.0, 7.4), layout="constrained")
-    cmap = ListedColormap(["#ffffff", "#c6dbef", "#1f5fa8"])
-    for ax, (title, mask) in zip(fig.subplots(2, 2).flat, masks.items(), strict=True):
+    fig = Figure(figsize=(5.5, 6.8), layout="constrained")
+    cmap = kinds_cmap(3)
+    axes = fig.subplots(2, 2, sharex=True, sharey=True)
+    for ax, (title, mask) in zip(axes.flat, masks.items(), strict=True):
         tiles = (
             qkv.block_layout(mask, block).repeat_interleave(block, 0).repeat_interleave(block, 1)
         )
         picture = tiles.int() + mask.int()  # 0 skipped, 1 computed but masked, 2 kept
         ax.imshow(picture.numpy(), cmap=cmap, vmin=0, vmax=2)
         computed = int(qkv.block_layout(mask, block).sum())
-        ax.set_title(f"{title}\n{computed} of {(n // block) ** 2} tiles computed", fontsize=9)
+        ax.set_title(f"{title}\n{computed} of {(n // block) ** 2} tiles computed")
         ax.set_xticks(range(0, n, block))
         ax.set_yticks(range(0, n, block))
-        ax.set_xlabel("key j")
-        ax.set_ylabel("query i")
         for edge in range(block, n, block):
-            ax.axhline(edge - 0.5, color="0.6", linewidth=0.5)
-            ax.axvline(edge - 0.5, color="0.6", linewidth=0.5)
+            ax.axhline(edge - 0.5, color=matplotlib.rcParams["axes.facecolor"], linewidth=1)
+            ax.axvline(edge - 0.5, color=matplotlib.rcParams["axes.facecolor"], linewidth=1)
+    for ax in axes[1]:
+        ax.set_xlabel("key j")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("query i")
     return fig
 
 
@@ -106,56 +112,68 @@ PERFORMER_FEATURES = [16, 64, 256, 1024, 4096]
 def performer() -> Figure:
     """Relative error against M, iid and orthogonal features, with the 1/sqrt(M) slope and the averaging baseline."""
     n = 512
-    fig = Figure(figsize=(6.0, 4.4), layout="constrained")
+    fig = Figure(figsize=(5.5, 4.8), layout="constrained")
     ax = fig.subplots()
     for orthogonal, marker in ((False, "o"), (True, "s")):
-        errors = efficient_bench.performer_errors(n, PERFORMER_FEATURES, orthogonal=orthogonal)
+        errors = _performer_errors(n, orthogonal)
         label = "orthogonal features" if orthogonal else "independent features"
         ax.plot(PERFORMER_FEATURES, errors, marker=marker, label=label)
     last = errors[
         -1
     ]  # the 1/sqrt(M) line through the last point, where the estimate is in its regime
     slope = [last * (PERFORMER_FEATURES[-1] / m) ** 0.5 for m in PERFORMER_FEATURES]
-    ax.plot(PERFORMER_FEATURES, slope, color="0.6", linestyle="--", label=r"$\propto 1/\sqrt{M}$")
-    baseline = efficient_bench.relative_errors(n, "diffuse")["mean-of-values"]
-    ax.axhline(baseline, color="#d62728", linestyle=":", label="mean of the values")
+    ax.plot(PERFORMER_FEATURES, slope, color="C7", linestyle="--", label=r"$\propto 1/$√$M$")
+    baseline = _relative_errors(n, "diffuse")["mean-of-values"]
+    ax.axhline(baseline, color="C3", linestyle=":", label="mean of the values")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("random features M")
     ax.set_ylabel("|out - exact| / |exact|")
-    ax.set_title(
-        f"Performer (FAVOR+) on diffuse inputs, N={n}, D=64, median of 5 draws", fontsize="medium"
-    )
-    ax.legend(fontsize="small")
-    ax.grid(True, which="major", alpha=0.3)
+    ax.set_title(f"Performer (FAVOR+) on diffuse inputs,\nN={n}, D=64, median of 5 draws")
+    fig.legend(loc="outside lower center", ncols=2)
+    ax.grid(True, which="major")
     return fig
+
+
+@functools.cache  # computed once per build, for the light and the dark figure
+def _performer_errors(n: int, orthogonal: bool) -> list[float]:
+    return efficient_bench.performer_errors(n, PERFORMER_FEATURES, orthogonal=orthogonal)
+
+
+@functools.cache
+def _relative_errors(n: int, kind: str) -> dict[str, float]:
+    return efficient_bench.relative_errors(n, kind)
 
 
 def tradeoff() -> Figure:
     """Two panels (local, diffuse inputs): relative error against recorded time at N = 4096."""
     report = _report()
     ms = {row["method"]: row["ms"] for row in report["results"] if row["n"] == TRADEOFF_N}
-    fig = Figure(figsize=(7.0, 7.6), layout="constrained")
+    fig = Figure(figsize=(5.5, 9.0), layout="constrained")
     for ax, kind in zip(fig.subplots(2, 1, sharex=True), ("local", "diffuse"), strict=True):
-        errors = efficient_bench.relative_errors(TRADEOFF_N, kind)
+        errors = dict(_relative_errors(TRADEOFF_N, kind))
         ax.axhline(
-            errors.pop("mean-of-values"), color="0.5", linestyle=":", label="mean of the values"
+            errors.pop("mean-of-values"), color="C7", linestyle=":", label="mean of the values"
         )
         ax.axvline(ms["exact"], color=STYLE["exact"][0], linestyle="--", label="exact (error 0)")
         for method, error in errors.items():
             colour, marker = STYLE[method]
             ax.plot(ms[method], error, marker=marker, color=colour, markersize=9, linestyle="")
+            below = method == "linear-causal"  # its neighbour "performer" is labelled above
             ax.annotate(
-                method, (ms[method], error), textcoords="offset points", xytext=(6, 4), fontsize=8
+                method,
+                (ms[method], error),
+                textcoords="offset points",
+                xytext=(6, -14 if below else 4),
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.margins(x=0.12, y=0.25)
+        ax.margins(x=0.3, y=0.25)
         ax.set_ylabel("|out - exact| / |exact|")
-        ax.set_title(f"{kind} inputs, N={TRADEOFF_N}", fontsize="medium")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize="small", loc="lower right")
-    ax.set_xlabel(f"recorded time per call (ms), {_subtitle(report)}")
+        ax.set_title(f"{kind} inputs, N={TRADEOFF_N}")
+        ax.grid(True, which="major")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2)
+    ax.set_xlabel(f"recorded time per call (ms),\n{_subtitle(report)}")
     return fig
 
 

@@ -1,13 +1,13 @@
 """Figures for the post "Masking attention".
 
-`masking-grids`: the causal, padding, combined and sliding-window masks of the post as 0/1 grids side by
-side (the same lengths as the post's printed grids: L = S = 5, a sequence of length 3, a window of 3).
+`masking-grids`: the causal, padding, combined and sliding-window masks of the post as 0/1 grids, two by
+two (the same lengths as the post's printed grids: L = S = 5, a sequence of length 3, a window of 3).
 """
 
 import torch
 from _diagram import canvas, cells
+from _style import kinds_cmap, label_cells
 from matplotlib.axes import Axes
-from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 import qkv
@@ -28,30 +28,22 @@ def _masks() -> dict[str, torch.Tensor]:
 
 
 def mask_grids() -> Figure:
-    """Four heat maps in a row; dark cells may be attended, light cells are hidden."""
+    """Four heat maps, two by two; strong cells (1) may be attended, faint cells (0) are hidden."""
     masks = _masks()
-    fig = Figure(figsize=(10.0, 3.0), layout="constrained")
-    axes = fig.subplots(1, len(masks))
-    cmap = ListedColormap(["#f2f2f2", "#1f5fa8"])
-    for ax, (title, mask) in zip(axes, masks.items(), strict=True):
-        ax.imshow(mask.int().numpy(), cmap=cmap, vmin=0, vmax=1)
-        ax.set_title(title, fontsize=10)
+    fig = Figure(figsize=(5.5, 5.8), layout="constrained")
+    axes = fig.subplots(2, 2, sharex=True, sharey=True)
+    for ax, (title, mask) in zip(axes.flat, masks.items(), strict=True):
+        image = ax.imshow(mask.int().numpy(), cmap=kinds_cmap(2), vmin=0, vmax=1)
+        label_cells(ax, image, [[str(int(kept)) for kept in row] for row in mask.tolist()])
+        ax.set_title(title)
         ax.set_xticks(range(LENGTH))
         ax.set_yticks(range(LENGTH))
+        ax.tick_params(length=0)
+        ax.spines[:].set_visible(False)
+    for ax in axes[1]:
         ax.set_xlabel("key j")
-        for i in range(LENGTH):
-            for j in range(LENGTH):
-                kept = bool(mask[i, j])
-                ax.text(
-                    j,
-                    i,
-                    int(kept),
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if kept else "black",
-                )
-    axes[0].set_ylabel("query i")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("query i")
     return fig
 
 

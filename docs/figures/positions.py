@@ -8,6 +8,8 @@ trained on length 32 and scored up to 256. Keep the task, model and training in 
 asserts what this figure draws.
 """
 
+import functools
+
 import torch
 from matplotlib.figure import Figure
 from torch import nn
@@ -20,43 +22,40 @@ SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 
 
 def sinusoidal_table() -> Figure:
-    """The table of 64 positions by 64 channels, in a diverging colour map from -1 to 1."""
+    """The table of 64 positions by 64 channels, in the site's colour map from -1 to 1."""
     table = qkv.sinusoidal_positions(64, 64)
-    fig = Figure(figsize=(5.6, 4.2), layout="constrained")
+    fig = Figure(figsize=(5.5, 4.4), layout="constrained")
     ax = fig.subplots()
-    image = ax.imshow(table.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
+    image = ax.imshow(table.numpy(), vmin=-1, vmax=1, aspect="auto")
     ax.set_xlabel("channel (sin, cos, sin, cos, ...)")
     ax.set_ylabel("position p")
-    ax.set_title("Sinusoidal positions, 64 positions x 64 channels")
+    ax.set_title("Sinusoidal positions,\n64 positions x 64 channels")
     fig.colorbar(image, ax=ax, label="value")
     return fig
 
 
 def rope_and_alibi() -> Figure:
-    """RoPE's score against the offset, and ALiBi's bias against the distance, side by side."""
+    """RoPE's score against the offset, and ALiBi's bias against the distance, one above the other."""
     torch.manual_seed(0)
     dim, offsets = 64, torch.arange(513)
     q = torch.randn(dim, dtype=torch.float64)
     rotated = qkv.apply_rope(q.expand(len(offsets), dim), offsets)  # (N, D): q at positions 0..512
     scores = rotated @ rotated[0]  # the query at each offset against the key at 0
     bias = qkv.alibi_bias(8, 33)[:, -1].flip(-1)  # (H, 33): the last query, distance 0..32 back
-    fig = Figure(figsize=(9.0, 3.6), layout="constrained")
-    left, right = fig.subplots(1, 2)
-    left.plot(offsets, scores / scores[0], color="#1f5fa8", linewidth=1)
+    fig = Figure(figsize=(5.5, 7.4), layout="constrained")
+    left, right = fig.subplots(2, 1)
+    left.plot(offsets, scores / scores[0], color="C0", linewidth=1)
     left.set_xlabel("offset m - n")
     left.set_ylabel("score / score at offset 0")
     left.set_title("RoPE: one query and key, every offset")
-    left.grid(True, alpha=0.3)
-    colors = torch.linspace(0.15, 0.85, 8)
-    for h, slope in enumerate(qkv.alibi_slopes(8)):
-        right.plot(
-            bias[h], color=(0.12, colors[h].item(), 0.66), label=f"1/{round(1 / slope.item())}"
-        )
+    left.grid(True)
+    for slope, bias_of_head in zip(qkv.alibi_slopes(8), bias, strict=True):
+        right.plot(bias_of_head, label=f"1/{round(1 / slope.item())}")
     right.set_xlabel("distance back, i - j")
     right.set_ylabel("bias added to the score")
     right.set_title("ALiBi: 8 heads, slope per head")
-    right.legend(title="slope", fontsize="small", ncol=2)
-    right.grid(True, alpha=0.3)
+    right.legend(title="slope", ncols=2, loc="lower left")
+    right.grid(True)
     return fig
 
 
@@ -121,6 +120,7 @@ def _accuracy(model: _TinyModel, length: int) -> float:
     return (model(tokens).argmax(-1)[scored] == target[scored]).float().mean().item()
 
 
+@functools.cache  # trained once per build, for the light and the dark figure
 def accuracies() -> dict[str, list[float]]:
     """Accuracy of each scheme at each test length (the learned table only at the training length)."""
     result = {}
@@ -133,20 +133,20 @@ def accuracies() -> dict[str, list[float]]:
 
 def extrapolation() -> Figure:
     """Accuracy against test length, one line per positional scheme."""
-    fig = Figure(figsize=(5.6, 4.0), layout="constrained")
+    fig = Figure(figsize=(5.5, 4.4), layout="constrained")
     ax = fig.subplots()
     markers = dict(zip(SCHEMES, "ovDs^", strict=True))
     for scheme, scores in accuracies().items():
         ax.plot(TEST_LENGTHS[: len(scores)], scores, f"{markers[scheme]}-", label=scheme)
-    ax.axvline(TRAIN_LENGTH, color="0.5", linestyle=":", label="training length")
+    ax.axvline(TRAIN_LENGTH, color="C7", linestyle=":", label="training length")
     ax.set_xscale("log", base=2)
     ax.set_xticks(TEST_LENGTHS, [str(n) for n in TEST_LENGTHS])
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("test sequence length")
     ax.set_ylabel("accuracy")
     ax.set_title("Last-seen task, trained on length 32")
-    ax.legend(loc="lower left", fontsize="small")
-    ax.grid(True, alpha=0.3)
+    fig.legend(loc="outside right center")
+    ax.grid(True)
     return fig
 
 

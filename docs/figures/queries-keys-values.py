@@ -6,6 +6,7 @@ projections of `qkv.examples.cat_sat`, which the post includes and whose numbers
 
 import torch
 from _diagram import arrow, canvas, matrix
+from _style import label_cells
 from matplotlib.figure import Figure
 from torch import nn
 
@@ -17,26 +18,15 @@ def cat_sat_heatmap() -> Figure:
     """Heat map of the hand-made attention weights, one row per query token, values printed in the cells."""
     tokens, x, w_q, w_k = cat_sat()
     weights = qkv.attention_weights(x @ w_q, x @ w_k)  # (6, 6), as the post computes them
-    fig = Figure(figsize=(5.6, 4.6), layout="constrained")
+    fig = Figure(figsize=(5.5, 4.6), layout="constrained")
     ax = fig.subplots()
-    image = ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+    image = ax.imshow(weights.numpy(), vmin=0.0, vmax=1.0)
     ax.set_xticks(range(len(tokens)), tokens)
     ax.set_yticks(range(len(tokens)), tokens)
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")
     ax.set_title("Hand-made attention weights (not learned)")
-    for i in range(len(tokens)):
-        for j in range(len(tokens)):
-            value = weights[i, j].item()
-            ax.text(
-                j,
-                i,
-                f"{value:.2f}",
-                ha="center",
-                va="center",
-                fontsize=8,
-                color="white" if value > 0.5 else "black",
-            )
+    label_cells(ax, image, [[f"{w:.2f}" for w in row] for row in weights.tolist()])
     fig.colorbar(image, ax=ax, label="weight (each row sums to 1)")
     return fig
 

@@ -29,18 +29,18 @@ def variance_vs_width() -> Figure:
         dots = (q * k).sum(dim=-1)  # (SAMPLES,)
         raw.append(dots.var().item())
         scaled.append((dots / math.sqrt(d_k)).var().item())
-    fig = Figure(figsize=(5.6, 4.0), layout="constrained")
+    fig = Figure(figsize=(5.5, 4.0), layout="constrained")
     ax = fig.subplots()
-    ax.plot(WIDTHS, WIDTHS, color="0.6", linestyle="--", label="$d_k$ (theory)")
+    ax.plot(WIDTHS, WIDTHS, color="C7", linestyle="--", label="$d_k$ (theory)")
     ax.plot(WIDTHS, raw, "o-", label=r"Var$(q \cdot k)$")
-    ax.plot(WIDTHS, scaled, "s-", label=r"Var$(q \cdot k / \sqrt{d_k})$")
+    ax.plot(WIDTHS, scaled, "s-", label=r"Var$(q \cdot k\ /$√$d_k)$")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("$d_k$")
     ax.set_ylabel("variance (log scale)")
-    ax.set_title(f"Variance of dot products, {SAMPLES} random pairs per width")
+    ax.set_title(f"Variance of dot products,\n{SAMPLES} random pairs per width")
     ax.legend()
-    ax.grid(True, which="major", alpha=0.3)
+    ax.grid(True, which="major")
     return fig
 
 
@@ -56,22 +56,22 @@ def saturation_vs_spread() -> Figure:
         top.append(p.amax(dim=-1).mean().item())
         entropy.append((-(p * p.clamp_min(1e-30).log()).sum(dim=-1) / math.log(KEYS)).mean().item())
         jacobian.append(((1 - (p**2).sum(dim=-1)) / (1 - 1 / KEYS)).mean().item())
-    fig = Figure(figsize=(5.6, 4.8), layout="constrained")
+    fig = Figure(figsize=(5.5, 5.0), layout="constrained")
     ax = fig.subplots()
     ax.plot(spreads, top, "o-", label="largest weight")
     ax.plot(spreads, entropy, "s-", label="entropy / log S")
     ax.plot(spreads, jacobian, "^-", label=r"$\sum|J|$ / its maximum")
-    ax.axvline(1.0, color="0.4", linestyle=":", label="spread 1: scaled")
+    ax.axvline(1.0, color="C7", linestyle=":", label="spread 1: scaled")
     ax.axvline(
-        math.sqrt(HEAD_DIM), color="0.4", linestyle="--", label="spread 8: unscaled, $d_k=64$"
+        math.sqrt(HEAD_DIM), color="C7", linestyle="--", label="spread 8: unscaled, $d_k=64$"
     )
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("standard deviation of the scores (log scale)")
     ax.set_ylabel("average over 2000 queries")
-    ax.set_title(f"Softmax over {KEYS} keys saturates as scores spread")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize="small")
-    ax.grid(True, alpha=0.3)
+    ax.set_title(f"Softmax over {KEYS} keys saturates\nas scores spread")
+    fig.legend(loc="outside lower center", ncols=2)
+    ax.grid(True)
     return fig
 
 

@@ -1,11 +1,17 @@
-"""MkDocs hook: draw the site's figures from the package when the site is built.
+"""MkDocs hook: draw the site's figures from the package when the site is built, in a light and a dark variant.
 
 Each `docs/figures/<slug>.py` defines `FIGURES = {"figure-name": draw}`, where `draw()` takes no argument and
-returns a matplotlib `Figure`. Every figure is saved as SVG and added to the build at the docs-relative path
-`figures/<figure-name>.svg`, so a post shows it with `![alt text](../../figures/<figure-name>.svg)` and strict link
-validation finds the file. The SVG is deterministic (fixed hash salt, no date, text as paths). Any error in a
-script fails the build. Each page's `<img>` of a figure gets the figure's width and height in CSS pixels, so the
-browser reserves its box before the file arrives (no layout shift; the theme scales it to the column).
+returns a matplotlib `Figure`. Every figure is drawn twice, under the light and the dark rcParams of the site's
+one style (`docs/figures/_style.py`), and saved as SVG at the docs-relative paths `figures/<figure-name>.svg`
+and `figures/<figure-name>-dark.svg`. A post shows it with ONE image, `![alt text](../../figures/<name>.svg)`
+(strict link validation finds the file); on the page this hook turns that `<img>` into two, the light one
+marked `#only-light` and the dark one `#only-dark`, which Material shows according to the reader's colour
+scheme and its toggle. The SVG is deterministic (fixed hash salt, no date), keeps its text as text in the
+page's fonts, and is minified (`_minify`). Any error in a script fails the build, and so does a figure that
+breaks the figure contract (`contract_breaches`: too wide for a phone, text below the style's base size, or
+drawn outside its box) or whose two variants differ in size. Each `<img>` of a figure gets the figure's
+width and height in CSS pixels, so the browser reserves its box before the file arrives (no layout shift; the
+theme scales it to the column). Both are loaded lazily: the one of the scheme not shown is then never fetched.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import io
 import re
 import sys
 import traceback
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -24,25 +31,47 @@ import matplotlib
 matplotlib.use("Agg")
 
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
 FIGURE_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 FIGURE_IMG = re.compile(
-    r'<img (?P<attributes>[^>]*?)src="(?P<src>[^"]*figures/(?P<name>[a-z0-9-]+)\.svg)"'
+    r'<img (?P<attributes>[^>]*?)src="(?P<src>[^"]*figures/(?P<name>[a-z0-9-]+))\.svg"(?P<rest>[^>]*)>'
 )
+VARIANTS = {"light": "", "dark": "-dark"}  # variant: suffix of its file name
 _sizes: dict[str, tuple[int, int]] = {}
-SVG_SETTINGS = {"svg.hashsalt": "qkv", "svg.fonttype": "path"}
+
+SVG, XLINK = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
+ET.register_namespace("", SVG)
+ET.register_namespace("xlink", XLINK)
+# Text as <text>, not glyph outlines (smaller, selectable, drawn in the page's fonts); ids from a fixed salt.
+# A figure with a mathtext radical keeps its text as outlines: the radical is a glyph of a STIX font that
+# readers lack (write the character instead, "√$d_k$", to keep the text).
+SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "qkv"}
+GEOMETRY = {"d", "x", "y", "transform"}  # attributes whose numbers matplotlib writes to 6 decimals
+DECIMAL = re.compile(r"-?\d+\.\d+")
+
+
+FIGURES_DIR = Path(__file__).resolve().parents[1] / "figures"
+
+
+def _helpers_importable() -> None:
+    """Put docs/figures on `sys.path`: the scripts import the helper modules beside them (`_style`, the site's
+    one style; `_diagram`), as when one runs `python docs/figures/<script>.py`. Checked before each script is
+    loaded, since a plugin may restore an older `sys.path` in between."""
+    if str(FIGURES_DIR) not in sys.path:
+        sys.path.insert(0, str(FIGURES_DIR))
+
+
+_helpers_importable()
+import _style as style  # noqa: E402
 
 
 def _load_script(script: Path) -> ModuleType:
-    """Import a figure script by path (the folder is not a package, and names contain hyphens).
-
-    The script's folder goes on `sys.path`, so that scripts share helpers from sibling modules (`_*.py`).
-    """
-    if str(script.parent) not in sys.path:
-        sys.path.insert(0, str(script.parent))
+    """Import a figure script by path (the folder is not a package, and names contain hyphens)."""
+    _helpers_importable()
     spec = importlib.util.spec_from_file_location(
         f"qkv_figures_{script.stem.replace('-', '_')}", script
     )
@@ -70,11 +99,129 @@ def _figures_of(script: Path) -> dict[str, Callable[[], Figure]]:
 
 
 def _svg(figure: Figure) -> bytes:
-    """The figure as deterministic SVG bytes."""
+    """The figure as deterministic, minified SVG bytes, saved under the rcParams in effect (a variant's)."""
     buffer = io.BytesIO()
-    with matplotlib.rc_context(SVG_SETTINGS):
+    radical = any("\\sqrt" in text.get_text() for text in figure.findobj(Text))
+    with matplotlib.rc_context({**SVG_SETTINGS, **({"svg.fonttype": "path"} if radical else {})}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
-    return buffer.getvalue()
+    return _minify(buffer.getvalue())
+
+
+def _minify(svg: bytes) -> bytes:
+    """Matplotlib's SVG, drawn the same, in fewer bytes.
+
+    Drops the metadata, comments, indentation, group ids and groups that carry nothing; rounds coordinates to
+    1/100 pt; names the style's fonts once, in the stylesheet, instead of on every text. Text content is left
+    as it is.
+    """
+    root = ET.fromstring(svg)  # comments and the DOCTYPE are not kept
+    for metadata in root.findall(f"{{{SVG}}}metadata"):
+        root.remove(metadata)
+    for element in root.iter():
+        if element.tag == f"{{{SVG}}}g":
+            element.attrib.pop("id", None)
+        for name in GEOMETRY & element.attrib.keys():
+            value = " ".join(DECIMAL.sub(_hundredths, element.attrib[name]).split())
+            element.attrib[name] = re.sub(r" ?([MLCQz]) ?", r"\1", value) if name == "d" else value
+        if "style" in element.attrib:
+            declarations = (
+                d.split(":", 1) for d in element.attrib.pop("style").split(";") if d.strip()
+            )
+            kept = ";".join(
+                f"{key.strip()}:{value.strip()}"
+                for key, value in declarations
+                if key.strip() != "font-family"
+            )
+            if kept:
+                element.attrib["style"] = kept
+        if element.tag != f"{{{SVG}}}style" and element.text and not element.text.strip():
+            element.text = None
+        if element.tail and not element.tail.strip():
+            element.tail = None
+    stylesheet = root.find(f"{{{SVG}}}defs/{{{SVG}}}style")
+    fonts = ",".join(f"'{font}'" if " " in font else font for font in style.FONTS)
+    stylesheet.text = f"text{{font-family:{fonts},sans-serif}}{stylesheet.text}"
+    _drop_empty_groups(root)
+    return b'<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="utf-8")
+
+
+def _hundredths(number: re.Match[str]) -> str:
+    text = f"{float(number[0]):.2f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def _drop_empty_groups(parent: ET.Element) -> None:
+    """Put the children of each group without attributes in its place, and drop empty groups."""
+    children = []
+    for child in parent:
+        _drop_empty_groups(child)
+        if child.tag != f"{{{SVG}}}g":
+            children.append(child)
+        elif not child.attrib:
+            children.extend(child)
+        elif len(child):
+            children.append(child)
+    parent[:] = children
+
+
+def draw_variant(draw: Callable[[], Figure], variant: str) -> tuple[Figure, bytes]:
+    """Draw and save a figure under the rcParams of one variant of the style; the figure and its SVG.
+
+    Raises:
+        TypeError: `draw` returned something else than a Figure.
+        ValueError: the figure breaks the figure contract (`contract_breaches`).
+    """
+    with matplotlib.rc_context(style.rc(variant)):
+        figure = draw()
+        if not isinstance(figure, Figure):
+            raise TypeError(f"returned {type(figure).__name__}, not a Figure")
+        svg = _svg(figure)
+        breaches = contract_breaches(figure)
+    if breaches:
+        raise ValueError(
+            "breaks the figure contract (docs/figures/_style.py):\n" + "\n".join(breaches)
+        )
+    return figure, svg
+
+
+def contract_breaches(figure: Figure) -> list[str]:
+    """What keeps a drawn figure from being legible on a phone: too wide, text too small, text cut off.
+
+    A figure at most `style.MAX_WIDTH_IN` wide, with no text smaller than `style.BASE_SIZE_PT`, shows its text
+    at `style.MIN_PHONE_TEXT_PX` or more when shrunk into a `style.PHONE_COLUMN_PX` column. (The sub- and
+    superscripts inside one text are smaller, as in print.)
+    """
+    breaches = []
+    width, height = figure.get_size_inches()
+    if width > style.MAX_WIDTH_IN:
+        breaches.append(f"{width:g} in wide: at most {style.MAX_WIDTH_IN} in (stack the panels)")
+    texts = [
+        text
+        for text in figure.findobj(Text)
+        if text.get_visible() and text.get_text().strip() and text.get_figure() is not None
+    ]
+    small = sorted({text.get_text() for text in texts if text.get_fontsize() < style.BASE_SIZE_PT})
+    if small:
+        breaches.append(f"text smaller than {style.BASE_SIZE_PT:g} pt: {small[:5]}")
+    shrink = min(1.0, style.PHONE_COLUMN_PX / (width * 96))
+    smallest = min((text.get_fontsize() for text in texts), default=style.BASE_SIZE_PT)
+    if smallest * 96 / 72 * shrink < style.MIN_PHONE_TEXT_PX:
+        breaches.append(
+            f"its smallest text is {smallest * 96 / 72 * shrink:.1f} CSS px in a "
+            f"{style.PHONE_COLUMN_PX} px column: at least {style.MIN_PHONE_TEXT_PX:g}"
+        )
+    drawn = figure.get_tightbbox()  # inches, everything drawn
+    slack = 1 / 72
+    if (
+        drawn.x0 < -slack
+        or drawn.y0 < -slack
+        or drawn.x1 > width + slack
+        or drawn.y1 > height + slack
+    ):
+        breaches.append(
+            f"something is drawn outside the figure: {drawn.bounds} in a {width:g} x {height:g} in figure"
+        )
+    return breaches
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -88,40 +235,49 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         except Exception as error:
             raise PluginError(f"{script} failed to import:\n{_traceback(error)}") from error
         for name, draw in figures.items():
-            uri = f"figures/{name}.svg"
             if name in drawn:
                 raise PluginError(f"{script}: figure {name!r} is also drawn by {drawn[name]}")
-            if files.get_file_from_path(uri) is not None:
+            sizes = set()
+            for variant, suffix in VARIANTS.items():
+                uri = f"figures/{name}{suffix}.svg"
+                if files.get_file_from_path(uri) is not None:
+                    raise PluginError(
+                        f"docs/{uri} exists: figures are drawn at build time, not committed"
+                    )
+                try:
+                    figure, svg = draw_variant(draw, variant)
+                except Exception as error:
+                    raise PluginError(
+                        f"{script}: figure {name!r} ({variant}) failed:\n{_traceback(error)}"
+                    ) from error
+                width, height = figure.get_size_inches() * 96  # matplotlib's SVG: 72 pt per inch
+                sizes.add((round(width), round(height)))
+                files.append(File.generated(config, uri, content=svg))
+            if len(sizes) != 1:
                 raise PluginError(
-                    f"docs/{uri} exists: figures are drawn at build time, not committed"
+                    f"{script}: the variants of figure {name!r} differ in size: {sizes}"
                 )
-            try:
-                figure = draw()
-            except Exception as error:
-                raise PluginError(
-                    f"{script}: figure {name!r} failed:\n{_traceback(error)}"
-                ) from error
-            if not isinstance(figure, Figure):
-                raise PluginError(
-                    f"{script}: figure {name!r} returned {type(figure).__name__}, not a Figure"
-                )
-            width, height = figure.get_size_inches() * 96  # matplotlib's SVG: 72 pt per inch
-            _sizes[name] = (round(width), round(height))
-            files.append(File.generated(config, uri, content=_svg(figure)))
+            _sizes[name] = sizes.pop()
             drawn[name] = script
     return files
 
 
 def on_page_content(html: str, page: object, config: MkDocsConfig, files: Files) -> str:
-    """Give each figure's `<img>` its width and height."""
+    """Turn each figure's `<img>` into its light and dark variants, each with its width and height."""
 
-    def sized(found: re.Match[str]) -> str:
-        if found["name"] not in _sizes or "width=" in found["attributes"]:
+    def variants(found: re.Match[str]) -> str:
+        name = found["name"]
+        if name not in _sizes:
             return found[0]
-        width, height = _sizes[found["name"]]
-        return f'<img width="{width}" height="{height}" {found["attributes"]}src="{found["src"]}"'
+        width, height = _sizes[name]
+        attributes, src, rest = found["attributes"], found["src"], found["rest"]
+        return "".join(
+            f'<img width="{width}" height="{height}" loading="lazy" {attributes}'
+            f'src="{src}{suffix}.svg#only-{variant}"{rest}>'
+            for variant, suffix in VARIANTS.items()
+        )
 
-    return FIGURE_IMG.sub(sized, html)
+    return FIGURE_IMG.sub(variants, html)
 
 
 def _traceback(error: Exception) -> str:
