@@ -10,6 +10,9 @@ mode; the result is the same for the same seed on the same machine (other machin
 bits of a float, so assert behaviour, not numbers).
 """
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -19,14 +22,31 @@ from qkv.classic import AdditiveAttention
 from qkv.multihead import MultiHeadAttention
 
 
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run torch's CPU operations on one thread inside the block, then restore the thread count.
+
+    These tensors are a few thousand numbers: splitting an operation across threads costs more than it saves,
+    and on a busy machine (a CI runner, a laptop doing other work) the waiting threads burned 20 times the
+    CPU time of the work itself when we measured it.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _fit(model: nn.Module, batch_loss, steps: int, lr: float) -> nn.Module:
-    """Adam on `batch_loss(model)` for `steps` steps; the model comes back in eval mode."""
+    """Adam on `batch_loss(model)` for `steps` steps, on one thread; the model comes back in eval mode."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(steps):
-        loss = batch_loss(model)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    with _one_thread():
+        for _ in range(steps):
+            loss = batch_loss(model)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     return model.eval()
 
 
