@@ -12,7 +12,8 @@ module the report also times each stage of its score on its own, to show where t
 
 And, to price one element of that tensor, three elementwise operations on a tensor of its size at the
 longest N (`B * N * N * hidden` floats), each written into a new tensor (as the module does) and into one
-that already exists (`out=`): `add` (`x + 1`), `tanh` and `sigmoid`.
+that already exists (`out=`): `add` (`x + 1`), `tanh` and `sigmoid`, with the minor page faults of one
+call (memory the operating system maps on first touch; Linux and macOS, None elsewhere).
 
 Times are `qkv.efficient_bench.fastest_ms` (the fastest of blocked runs), and the whole sweep runs `rounds`
 times, each case keeping its fastest round. The JSON report (`--out`) holds the device, versions, thread count
@@ -32,6 +33,11 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
 
 from qkv.bench import environment
 from qkv.classic import AdditiveAttention, LuongAttention
@@ -83,10 +89,20 @@ def elementwise(numel: int) -> dict[tuple[str, str], Callable[[], object]]:
     return calls
 
 
+def page_faults(call: Callable[[], object]) -> int | None:
+    """Minor page faults of the process during one `call()`, or None where the OS does not count them."""
+    if resource is None:
+        return None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    call()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float = 0.3) -> dict:
     """Milliseconds of each module's forward pass and of each additive stage, at every N."""
     scores = modules()
     ms: dict[tuple, float] = {}  # (kind, name, n or into) -> fastest milliseconds
+    faults: dict[tuple, int | None] = {}
     with torch.inference_mode():
         for _ in range(rounds):
             for n in lengths:
@@ -105,6 +121,7 @@ def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float
                 call()  # warm-up
                 best = ms.get(("elementwise", name, into), math.inf)
                 ms["elementwise", name, into] = min(best, fastest_ms(call, min_run_time))
+                faults["elementwise", name, into] = page_faults(call)
     return {
         "environment": environment(torch.device("cpu")),
         "shape": {"batch": BATCH, "dim": DIM, "hidden": DIM, "dtype": "float32"},
@@ -118,7 +135,14 @@ def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float
             {"stage": name, "n": n, "ms": ms["stage", name, n]} for name in STAGES for n in lengths
         ],
         "elementwise": [
-            {"op": name, "into": into, "numel": numel, "ms": ms["elementwise", name, into]}
+            {
+                "op": name,
+                "into": into,
+                "numel": numel,
+                "ms": ms["elementwise", name, into],
+                "page_faults": faults["elementwise", name, into],
+                "page_bytes": resource.getpagesize() if resource else None,
+            }
             for name in ELEMENTWISE
             for into in ("new", "existing")
         ],
