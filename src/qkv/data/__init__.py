@@ -9,7 +9,7 @@ from importlib.resources import files
 
 
 def recorded(name: str) -> dict:
-    """The report `name` (e.g. `"efficient-attention"`), as its benchmark wrote it.
+    """The report `name` (`"efficient-attention"`, `"attention-across-devices"`), as its benchmark wrote it.
 
     Raises:
         ValueError: no report of that name.
