@@ -7,6 +7,8 @@ device, torch version, thread count and date in the title.
 `additive-vs-dot-product-alignment`: the alignment that `qkv.toys.train_aligner` learns on the reverse task.
 """
 
+import functools
+
 import torch
 from matplotlib.figure import Figure
 
@@ -20,6 +22,9 @@ LABELS = {
     "general": "general (Luong)",
     "dot": "dot (Luong)",
 }
+
+# trained once per build, however many times (colour schemes) the figure is drawn
+_trained = functools.cache(train_aligner)
 
 
 def scoring_time() -> Figure:
@@ -84,7 +89,7 @@ def classic_weights() -> Figure:
 
 def learned_alignment() -> Figure:
     """The weights of the trained `ReverseAligner` on one fresh sequence: output steps by source tokens."""
-    model = train_aligner()
+    model = _trained()
     source, target = reverse_task(1, 8, 10, torch.Generator().manual_seed(1))
     with torch.no_grad():
         _, weights = model(source)  # (1, S, S)

@@ -7,6 +7,8 @@ token and the first token).
 `qkv.toys.train_induction`'s model, on a fresh sequence of 8 tokens repeated once.
 """
 
+import functools
+
 import torch
 from matplotlib.figure import Figure
 
@@ -15,6 +17,9 @@ from qkv.toys import induction_scores, previous_token_scores, repeated_segments,
 
 N_TOKENS = 6
 TITLES = ("head 0: previous", "head 1: itself", "head 2: next", "head 3: first")
+
+# trained once per build, however many times (colour schemes) the figure is drawn
+_trained = functools.cache(train_induction)
 
 
 def head_heatmaps() -> Figure:
@@ -36,7 +41,7 @@ def head_heatmaps() -> Figure:
 
 def induction_heatmaps() -> Figure:
     """The learned previous-token head (layer 1) above the learned induction head (layer 2), one sequence."""
-    model = train_induction()
+    model = _trained()
     tokens, n = repeated_segments(512, 24, 32, torch.Generator().manual_seed(1))  # fresh sequences
     with torch.no_grad():
         _, (first, second) = model(tokens)  # (B, H, N, N) each
