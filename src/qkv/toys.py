@@ -11,7 +11,7 @@ bits of a float, so assert behaviour, not numbers).
 """
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ def _one_thread() -> Iterator[None]:
 
     These tensors are a few thousand numbers: splitting an operation across threads costs more than it saves,
     and on a busy machine (a CI runner, a laptop doing other work) the waiting threads burned 20 times the
-    CPU time of the work itself when we measured it.
+    CPU time of the work itself when we measured it on a busy machine of 2 cores.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -38,7 +38,9 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _fit(model: nn.Module, batch_loss, steps: int, lr: float) -> nn.Module:
+def _fit(
+    model: nn.Module, batch_loss: Callable[[nn.Module], Tensor], steps: int, lr: float
+) -> nn.Module:
     """Adam on `batch_loss(model)` for `steps` steps, on one thread; the model comes back in eval mode."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     with _one_thread():
