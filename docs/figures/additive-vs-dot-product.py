@@ -1,86 +1,64 @@
 """Figures for the post "Additive vs dot-product attention".
 
-`additive-vs-dot-product-time`: one forward pass of each classic module, timed on this machine's CPU when
-the site is built; the machine, torch version, thread count and date are printed in the title.
+`additive-vs-dot-product-time`: one forward pass of each classic module and of each stage of the additive
+score, read from the run that `python -m qkv.classic_bench` recorded (`qkv.data.recorded`), with that run's
+device, torch version, thread count and date in the title.
 `additive-vs-dot-product-weights`: the weights of the four scores for the same queries and keys.
+`additive-vs-dot-product-alignment`: the alignment that `qkv.toys.train_aligner` learns on the reverse task.
 """
 
-import datetime
 import functools
-import platform
-import time
 
 import torch
 from matplotlib.figure import Figure
 
 from qkv import AdditiveAttention, LuongAttention
+from qkv.data import recorded
+from qkv.toys import reverse_task, train_aligner
 
-BATCH, DIM = 4, 64  # hidden = DIM for the additive module
-LENGTHS = (32, 64, 128, 256)  # L = S
-REPEATS = 7
+LABELS = {
+    "additive": "additive (Bahdanau)",
+    "concat": "concat (Luong)",
+    "general": "general (Luong)",
+    "dot": "dot (Luong)",
+}
 
-
-def _cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo where there is one, else what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _seconds(module: torch.nn.Module, query: torch.Tensor, keys: torch.Tensor) -> float:
-    """Wall-clock seconds of one forward pass."""
-    start = time.perf_counter()
-    module(query, keys, keys)
-    return time.perf_counter() - start
-
-
-@functools.cache  # timed once per build: the light and the dark figure show the same run
-def _best_seconds() -> tuple[tuple[str, ...], dict[tuple[str, int], float]]:
-    """The modules' names and the fastest seconds of each (name, length) point.
-
-    Every (module, length) point is timed once per round, round after round, so that a stall of the machine
-    spoils one sample of a few points rather than every sample of one point; each point keeps its fastest.
-    """
-    torch.manual_seed(0)
-    modules = {
-        "additive (Bahdanau)": AdditiveAttention(DIM, DIM, DIM),
-        "concat (Luong)": LuongAttention(DIM, score="concat"),
-        "general (Luong)": LuongAttention(DIM, score="general"),
-        "dot (Luong)": LuongAttention(DIM, score="dot"),
-    }
-    inputs = {n: torch.randn(BATCH, n, DIM) for n in LENGTHS}  # queries and keys alike
-    samples = {(name, n): [] for name in modules for n in LENGTHS}
-    with torch.inference_mode():
-        for _ in range(1 + REPEATS):
-            for (name, n), times in samples.items():
-                times.append(_seconds(modules[name], inputs[n], inputs[n]))
-    # the first round is a warm-up
-    return tuple(modules), {point: min(times[1:]) for point, times in samples.items()}
+# trained once per build, however many times (colour schemes) the figure is drawn
+_trained = functools.cache(train_aligner)
 
 
 def scoring_time() -> Figure:
-    """Milliseconds per forward pass against sequence length, for additive and the three Luong scores."""
-    modules, best = _best_seconds()
-    fig = Figure(figsize=(5.5, 4.8), layout="constrained")
-    ax = fig.add_subplot()
-    for name in modules:
-        ax.plot(LENGTHS, [1e3 * best[name, n] for n in LENGTHS], marker="o", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length L = S")
-    ax.set_ylabel(f"ms per forward pass (best of {REPEATS})")
-    fig.legend(loc="outside lower center", ncols=2)
-    ax.grid(True, which="both")
-    today = datetime.date.today().isoformat()
+    """Milliseconds per forward pass against N (top), and the additive score's stages at the longest N."""
+    report = recorded("additive-vs-dot-product")
+    env, shape = report["environment"], report["shape"]
+    lengths = sorted({row["n"] for row in report["results"]})
+    ms = {(row["module"], row["n"]): row["ms"] for row in report["results"]}
+    longest = lengths[-1]
+    stages = {row["stage"]: row["ms"] for row in report["additive_stages"] if row["n"] == longest}
+
+    fig = Figure(figsize=(5.5, 7.0), layout="constrained")
+    top, bottom = fig.subplots(2, 1, height_ratios=(3, 2))
+    for module, label in LABELS.items():
+        top.plot(lengths, [ms[module, n] for n in lengths], marker="o", label=label)
+    top.set_xscale("log", base=2)
+    top.set_yscale("log")
+    top.set_xticks(lengths, [str(n) for n in lengths])
+    top.set_xlabel("sequence length N = L = S")
+    top.set_ylabel("ms per forward pass")
+    top.legend()
+    top.grid(True, which="both", alpha=0.3)
+
+    names = [*stages, "dot: whole forward"]
+    bottom.barh(names, [*stages.values(), ms["dot", longest]], color=["C0"] * len(stages) + ["C3"])
+    bottom.invert_yaxis()
+    bottom.set_xscale("log")
+    bottom.set_xlabel(f"ms at N = {longest}")
+    bottom.set_title("additive score, stage by stage")
+    date = env["date_utc"][:10]
+    threads = f"{env['cpu_threads']} thread" + ("s" if env["cpu_threads"] > 1 else "")
     fig.suptitle(
-        f"B = {BATCH}, d = hidden = {DIM}, float32 on CPU, measured at build time\n"
-        f"{_cpu_name()}\ntorch {torch.__version__}, {torch.get_num_threads()} threads, {today}",
-        fontsize="medium",
+        f"B = {shape['batch']}, d = hidden = {shape['dim']}, {shape['dtype']}\n"
+        f"{env['device_name']} CPU, {threads}, torch {env['torch']}, {date}"
     )
     return fig
 
@@ -111,7 +89,26 @@ def classic_weights() -> Figure:
     return fig
 
 
+def learned_alignment() -> Figure:
+    """The weights of the trained `ReverseAligner` on one fresh sequence: output steps by source tokens."""
+    model = _trained()
+    source, target = reverse_task(1, 8, 10, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        _, weights = model(source)  # (1, S, S)
+    fig = Figure(figsize=(4.5, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(weights[0].numpy(), vmin=0, vmax=1)
+    positions = range(source.shape[-1])
+    ax.set_xticks(positions, [str(t) for t in source[0].tolist()])
+    ax.set_yticks(positions, [str(t) for t in target[0].tolist()])
+    ax.set_xlabel("source token (position 0 to 7)")
+    ax.set_ylabel("output token (step 0 to 7)")
+    fig.colorbar(image, ax=ax, label="weight")
+    return fig
+
+
 FIGURES = {
     "additive-vs-dot-product-time": scoring_time,
     "additive-vs-dot-product-weights": classic_weights,
+    "additive-vs-dot-product-alignment": learned_alignment,
 }
