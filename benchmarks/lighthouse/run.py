@@ -155,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=HERE, help="folder for report.json and report.md"
     )
+    parser.add_argument(
+        "--page",
+        action="append",
+        help="only this page, e.g. blog/masking/ (repeatable; default: every page)",
+    )
     args = parser.parse_args(argv)
     site = Path(tempfile.mkdtemp(prefix="qkv-lighthouse-"))
     handler = functools.partial(_Server, directory=str(site))
@@ -177,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         threading.Thread(target=server.serve_forever, daemon=True).start()
         results, version = {}, None
-        for number, page in enumerate(pages(site), start=1):
+        chosen = args.page or pages(site)
+        for number, page in enumerate(chosen, start=1):
             runs = [lighthouse(url + page) for _ in range(args.runs)]
             version = runs[0]["lighthouse"]
             results[page] = median_of(runs)
