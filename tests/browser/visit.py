@@ -18,9 +18,9 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 PHONE = {"width": 375, "height": 812}
 # The site lets the browser skip the layout of off-screen blocks (`content-visibility: auto` in extra.css); the
-# checks below measure every block, so the page is first told to lay out all of them.
+# checks below measure every block, so the page is first told to lay out all of them, and not to clip them.
 SKIPPABLE = "article.md-content__inner > *, .jupyter-wrapper .jp-Cell, .doc-children > .doc-object"
-LAY_OUT_EVERYTHING = f"{SKIPPABLE} {{ content-visibility: visible !important; }}"
+LAY_OUT_EVERYTHING = f"{SKIPPABLE} {{ content-visibility: visible !important; }} :where({SKIPPABLE}) {{ overflow: visible; }}"
 MATH_TIMEOUT_MS = 20_000
 AXE = Axe()
 COLOURS = {"runOnly": ["color-contrast", "link-in-text-block"], "resultTypes": ["violations"]}
