@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import Site, posts
+from tests.browser.visit import lay_out_everything
 
 PHONE = {"width": 390, "height": 844}
 
@@ -40,6 +41,7 @@ def test_each_figure_shows_its_scheme_and_fits_a_phone(
     try:
         for post in posts():
             page.goto(site.url + post.path, wait_until="networkidle")
+            lay_out_everything(page)  # so that is_visible() sees the figures below the screen
             for image in page.locator('article img[src*="/figures/"]').all():
                 if image.is_visible():
                     image.scroll_into_view_if_needed()  # the images load lazily

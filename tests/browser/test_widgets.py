@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page
 import qkv
 from qkv.kernels.tiles import classify_tiles
 from tests.browser.conftest import Site
-from tests.browser.visit import AXE, COLOURS, OVERFLOW, PHONE, _serious
+from tests.browser.visit import AXE, COLOURS, OVERFLOW, PHONE, _serious, lay_out_everything
 from tests.site import ROOT
 
 MASKING = "blog/masking/"
@@ -49,6 +49,7 @@ def page(browser: Browser, site: Site) -> Iterator[Page]:
 
 def _open(page: Page, site: Site, path: str) -> None:
     page.goto(site.url + path, wait_until="networkidle")
+    lay_out_everything(page)  # text is read from widgets that may sit below the screen
 
 
 def _set(page: Page, root: str, settings: dict[str, object]) -> None:
@@ -226,7 +227,8 @@ def test_soft_lookup_fallback_without_javascript_is_qkvs_lookup(
 ) -> None:
     context = browser.new_context(java_script_enabled=False)
     page = context.new_page()
-    _open(page, site, LOOKUP)
+    page.goto(site.url + LOOKUP, wait_until="networkidle")
+    page.locator("#soft-lookup").scroll_into_view_if_needed()  # laid out as a reader reaches it
     expected, output = _lookup(page, 0.9, 0.1, 1.0)
     _assert_shown([row[1:3] for row in _table(page, "#soft-lookup table")], expected, "fallback")
     assert f"output {output.item():.2f}" in page.locator("#soft-lookup").inner_text()
@@ -449,6 +451,7 @@ def test_widget_is_built_after_instant_navigation(page: Page, site: Site, root: 
     page.locator(f'.md-content a[href$="{WIDGETS[root]}"]').first.click()
     page.wait_for_selector(f"#{root}[data-ready] [aria-live=polite]")
     assert page.evaluate("() => window.qkvSamePage === true"), "the link reloaded the whole page"
+    lay_out_everything(page)
     assert page.locator(f"#{root} [aria-live=polite]").inner_text()
 
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from axe_playwright_python.base import AxeResults
 from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import Browser, Request
+from playwright.sync_api import Browser, Page, Request
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 PHONE = {"width": 375, "height": 812}
@@ -22,6 +22,13 @@ PHONE = {"width": 375, "height": 812}
 SKIPPABLE = "article.md-content__inner > *, .jupyter-wrapper .jp-Cell, .doc-children > .doc-object"
 LAY_OUT_EVERYTHING = f"{SKIPPABLE} {{ content-visibility: visible !important; }} :where({SKIPPABLE}) {{ overflow: visible; }}"
 MATH_TIMEOUT_MS = 20_000
+
+
+def lay_out_everything(page: Page) -> None:
+    """Have `page` lay out (and not clip) every block, on screen or not, as the checks that read them need."""
+    page.add_style_tag(content=LAY_OUT_EVERYTHING)
+
+
 AXE = Axe()
 COLOURS = {"runOnly": ["color-contrast", "link-in-text-block"], "resultTypes": ["violations"]}
 
@@ -137,7 +144,7 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
     page.on("pageerror", lambda error: record.console_errors.append(str(error)))
     try:
         page.goto(base_url + path, wait_until="networkidle")
-        page.add_style_tag(content=LAY_OUT_EVERYTHING)
+        lay_out_everything(page)
         # On a timeout, the state read below names what is left untypeset.
         with contextlib.suppress(PlaywrightTimeout):
             page.wait_for_function(MATH_DONE, timeout=MATH_TIMEOUT_MS)
