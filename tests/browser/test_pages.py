@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
-from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, SKIPPABLE, Visit
+from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, SHOW_EVERY_CODE_BLOCK, SKIPPABLE, Visit
 
 # Alt texts that say nothing about the picture.
 EMPTY_ALT = {
@@ -192,3 +192,21 @@ def test_skipping_off_screen_layout_leaves_every_block_its_height(
         pairs = zip(skipped["heights"], laid_out["heights"], strict=True)
         moved[path] = [(a, b) for a, b in pairs if a != b]
     assert not any(moved.values()), _report(moved)
+
+
+COPY_BUTTONS = """() => [...document.querySelectorAll(".md-content pre")]
+  .filter((pre) => pre.querySelector('button.md-code__button[data-md-type="copy"]')).length"""
+
+
+def test_code_blocks_are_set_up_when_they_come_on_screen(site: Site, browser: Browser) -> None:
+    """Material's `content.lazy` (mkdocs.yml): a block below the screen has no copy button until it is shown."""
+    page = browser.new_page(viewport=PHONE)
+    page.goto(site.url + "blog/masking/", wait_until="networkidle")
+    blocks = page.locator(".md-content pre").count()
+    at_load = page.evaluate(COPY_BUTTONS)
+    page.evaluate(SHOW_EVERY_CODE_BLOCK)
+    shown = page.evaluate(COPY_BUTTONS)
+    page.close()
+    assert blocks > 10
+    assert at_load < blocks / 4, f"{at_load} of {blocks} blocks set up at load"
+    assert shown == blocks

@@ -1,25 +1,27 @@
 """Load one page of the built site in Chromium and record what a reader's browser sees and fetches.
 
 `visit()` opens the page in a fresh browser context (a cold cache, so the bytes counted are those of a first
-visit), waits for the network to settle and MathJax to finish, reads the facts the tests check from the DOM,
-runs an axe-core scan (and a colour-contrast scan in the dark scheme), then narrows the viewport to a phone's width and measures horizontal overflow.
+visit), waits for the network to settle, brings each code block on screen once, reads the facts the tests check
+from the DOM, runs an axe-core scan (and a colour-contrast scan in the dark scheme), then narrows the viewport to
+a phone's width and measures horizontal overflow.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from urllib.parse import urlsplit
 
 from axe_playwright_python.base import AxeResults
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, Request
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 PHONE = {"width": 375, "height": 812}
 # The site lets the browser skip the layout of off-screen blocks (`content-visibility: auto` in extra.css); the
 # checks below measure every block, so the page is first told to lay out all of them, and not to clip them.
-SKIPPABLE = "article.md-content__inner > *, .jupyter-wrapper .jp-Cell, .doc-children > .doc-object"
+SKIPPABLE = (
+    "article.md-content__inner > *, .jupyter-wrapper .jp-Cell,"
+    " .doc-object > .doc-signature, .doc-contents > :not(.doc-children)"
+)
 LAY_OUT_EVERYTHING = f"{SKIPPABLE} {{ content-visibility: visible !important; }} :where({SKIPPABLE}) {{ overflow: visible; }}"
 MATH_TIMEOUT_MS = 20_000
 
@@ -53,9 +55,15 @@ MATH_DONE = f"""() => {{
   return state.raw.length === 0 && state.untypeset.length === 0;
 }}"""
 
-# Settle MathJax's promise chain (docs/javascripts/mathjax.js appends each typeset to it).
-MATHJAX_IDLE = """() => (window.MathJax && MathJax.startup && MathJax.startup.promise)
-  ? MathJax.startup.promise.then(() => true) : true"""
+# Material sets up a code block (its copy button) when the block first comes on screen (mkdocs.yml:
+# content.lazy), so a reader's scroll through the page is replayed: each block on screen for two frames.
+SHOW_EVERY_CODE_BLOCK = """async () => {
+  for (const pre of document.querySelectorAll(".md-content pre")) {
+    pre.scrollIntoView();
+    await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  }
+  window.scrollTo(0, 0);
+}"""
 
 DOM_FACTS = """() => {
   const blocks = [...document.querySelectorAll(".md-content pre")]
@@ -144,11 +152,11 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
     page.on("pageerror", lambda error: record.console_errors.append(str(error)))
     try:
         page.goto(base_url + path, wait_until="networkidle")
+        # The page's weight: what opening it fetches, before the reader scrolls (lazy figures further down and
+        # the other scheme's figures come later, if ever).
+        record.bytes = sum(_body_size(request) for request in finished)
         lay_out_everything(page)
-        # On a timeout, the state read below names what is left untypeset.
-        with contextlib.suppress(PlaywrightTimeout):
-            page.wait_for_function(MATH_DONE, timeout=MATH_TIMEOUT_MS)
-        page.evaluate(MATHJAX_IDLE)
+        page.evaluate(SHOW_EVERY_CODE_BLOCK)
         math = page.evaluate(MATH_STATE)
         record.formulas, record.nested_math = math["formulas"], math["nested"]
         record.untypeset, record.raw_tex = math["untypeset"], math["raw"]
@@ -165,7 +173,6 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
         page.set_viewport_size(PHONE)
         overflow = page.evaluate(OVERFLOW)
         record.phone_overflow, record.phone_widest = overflow["excess"], overflow["widest"]
-        record.bytes = sum(_body_size(request) for request in finished)
     finally:
         context.close()
     return record
