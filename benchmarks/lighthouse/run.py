@@ -97,7 +97,12 @@ def lighthouse(url: str) -> dict:
     result = json.loads(done.stdout)
     scores = {name: round(100 * result["categories"][name]["score"]) for name in CATEGORIES}
     audits = {key: result["audits"][audit]["numericValue"] for key, audit in AUDITS.items()}
-    return {**scores, **audits, "lighthouse": result["lighthouseVersion"]}
+    return {
+        **scores,
+        **audits,
+        "benchmark_index": result["environment"]["benchmarkIndex"],
+        "lighthouse": result["lighthouseVersion"],
+    }
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -128,12 +133,15 @@ def environment() -> dict:
 
 def markdown(report: dict) -> str:
     env = report["environment"]
+    index = [m["benchmark_index"] for m in report["pages"].values()]
     lines = [
         "# Lighthouse report",
         "",
         f"{env['date']}, Lighthouse {report['lighthouse']}, {env['chromium']}, {env['cpu']} "
         f"({env['cores']} cores). {env['settings']}; median of {report['runs']} run(s) per page. "
-        f"Targets: performance >= {TARGETS['performance']}, the other categories 100.",
+        f"Targets: performance >= {TARGETS['performance']}, the other categories 100. Lighthouse's "
+        f"benchmark index of this machine (its CPU speed, higher is faster): {min(index):.0f} to "
+        f"{max(index):.0f} (medians per page).",
         "",
         "| page | perf | a11y | best pr. | SEO | LCP (s) | TBT (ms) | CLS | bytes |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -56,9 +56,11 @@ MATH_DONE = f"""() => {{
 }}"""
 
 # Material sets up a code block (its copy button) when the block first comes on screen (mkdocs.yml:
-# content.lazy), so a reader's scroll through the page is replayed: each block on screen for two frames.
+# content.lazy), so a reader's scroll through the page is replayed: each block not yet set up is brought on
+# screen for two frames (the blocks on screen with it are set up at the same time).
 SHOW_EVERY_CODE_BLOCK = """async () => {
   for (const pre of document.querySelectorAll(".md-content pre")) {
+    if (pre.querySelector("button.md-code__button")) continue;
     pre.scrollIntoView();
     await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
   }
