@@ -9,7 +9,7 @@ from importlib.resources import files
 
 
 def recorded(name: str) -> dict:
-    """The report `name` (`"efficient-attention"`, `"attention-across-devices"`), as its benchmark wrote it.
+    """The report `name`, as its benchmark wrote it: a JSON file of this folder, such as `"decoding"`.
 
     Raises:
         ValueError: no report of that name.
