@@ -157,8 +157,12 @@ BLOCK_HEIGHTS = f"""async () => {{
     window.scrollTo(0, y);
     await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
   }}
-  const shift = shifts.filter((s) => !s.hadRecentInput).reduce((sum, s) => sum + s.value, 0);
-  return {{skipped, shift, heights: blocks.map(
+  const counted = shifts.filter((s) => !s.hadRecentInput);
+  const shift = counted.reduce((sum, s) => sum + s.value, 0);
+  const moved = counted.flatMap((s) => s.sources.map((x) => `${{s.value.toFixed(3)}} at ${{s.startTime.toFixed(0)}} ms: `
+    + `${{x.node ? x.node.nodeName + "." + x.node.className : "?"}} y ${{x.previousRect.y}} -> ${{x.currentRect.y}}, `
+    + `height ${{x.previousRect.height}} -> ${{x.currentRect.height}}`));
+  return {{skipped, shift, moved, heights: blocks.map(
     (el) => `${{el.tagName.toLowerCase()}}.${{el.className}} ${{el.getBoundingClientRect().height.toFixed(1)}}`)}};
 }}"""
 
@@ -187,7 +191,7 @@ def test_skipping_off_screen_layout_leaves_every_block_its_height(
         assert skipped["skipped"] > 10, f"/{path}: {skipped['skipped']} blocks skippable"
         assert laid_out["skipped"] == 0
         assert skipped["shift"] < 0.01, (
-            f"/{path}: layout shift {skipped['shift']:.3f} while loading"
+            f"/{path}: layout shift {skipped['shift']:.3f} while loading: {skipped['moved']}"
         )
         pairs = zip(skipped["heights"], laid_out["heights"], strict=True)
         moved[path] = [(a, b) for a, b in pairs if a != b]
