@@ -3,7 +3,12 @@ code copyable, accessible, readable on a phone, and within the page-weight budge
 
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
+import time
 from pathlib import PurePosixPath
+from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from playwright.sync_api import Browser
@@ -143,13 +148,25 @@ def test_page_weight_is_within_budget(visits: list[Visit]) -> None:
     assert all(record.bytes > 0 for record in visits)
 
 
+# The layout shifts of the load so far, summed, each named by what moved and where (buffered entries come at once).
+LOAD_SHIFTS = """async () => {
+  const shifts = await new Promise((done) => {
+    new PerformanceObserver((found) => done(found.getEntries()))
+      .observe({type: "layout-shift", buffered: true});
+    setTimeout(() => done([]), 500);
+  });
+  const counted = shifts.filter((s) => !s.hadRecentInput);
+  return {
+    shift: counted.reduce((sum, s) => sum + s.value, 0),
+    moved: counted.flatMap((s) => s.sources.map((x) => `${s.value.toFixed(3)} at ${s.startTime.toFixed(0)} ms: `
+      + `${x.node ? x.node.nodeName + "." + x.node.className : "?"} y ${x.previousRect.y} -> ${x.currentRect.y}, `
+      + `height ${x.previousRect.height} -> ${x.currentRect.height}`)),
+  };
+}"""
+
 # Heights of an article's blocks, once every block has been on screen (scrolled through in screenfuls).
 BLOCK_HEIGHTS = f"""async () => {{
-  const shifts = await new Promise((done) => {{  // the shifts so far (buffered ones come at once)
-    new PerformanceObserver((found) => done(found.getEntries()))
-      .observe({{type: "layout-shift", buffered: true}});
-    setTimeout(() => done([]), 500);
-  }});
+  const {{shift, moved}} = await ({LOAD_SHIFTS})();
   const blocks = [...document.querySelectorAll("{SKIPPABLE}")];
   const skipped = blocks.filter((el) => getComputedStyle(el).contentVisibility === "auto").length;
   const step = window.innerHeight / 2;
@@ -157,11 +174,6 @@ BLOCK_HEIGHTS = f"""async () => {{
     window.scrollTo(0, y);
     await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
   }}
-  const counted = shifts.filter((s) => !s.hadRecentInput);
-  const shift = counted.reduce((sum, s) => sum + s.value, 0);
-  const moved = counted.flatMap((s) => s.sources.map((x) => `${{s.value.toFixed(3)}} at ${{s.startTime.toFixed(0)}} ms: `
-    + `${{x.node ? x.node.nodeName + "." + x.node.className : "?"}} y ${{x.previousRect.y}} -> ${{x.currentRect.y}}, `
-    + `height ${{x.previousRect.height}} -> ${{x.currentRect.height}}`));
   return {{skipped, shift, moved, heights: blocks.map(
     (el) => `${{el.tagName.toLowerCase()}}.${{el.className}} ${{el.getBoundingClientRect().height.toFixed(1)}}`)}};
 }}"""
@@ -196,6 +208,41 @@ def test_skipping_off_screen_layout_leaves_every_block_its_height(
         pairs = zip(skipped["heights"], laid_out["heights"], strict=True)
         moved[path] = [(a, b) for a, b in pairs if a != b]
     assert not any(moved.values()), _report(moved)
+
+
+class _ArticleInTwoParts(http.server.SimpleHTTPRequestHandler):
+    """Serves the site, each page's HTML in two parts a second apart, cut after the title: a slow network."""
+
+    def copyfile(self, source: BinaryIO, outputfile: BinaryIO) -> None:
+        if not self.path.endswith("/"):
+            super().copyfile(source, outputfile)
+            return
+        html = source.read()
+        cut = html.index(b"</h1>")
+        outputfile.write(html[:cut])
+        outputfile.flush()
+        time.sleep(1)
+        outputfile.write(html[cut:])
+
+    def log_message(self, format: str, *args: object) -> None:
+        """No line per request."""
+
+
+def test_an_article_read_in_two_parts_does_not_shift_on_a_phone(
+    site: Site, browser: Browser
+) -> None:
+    """Material puts a post's sidebar under the article on a phone: extra.css draws it once the footer is read."""
+    handler = functools.partial(_ArticleInTwoParts, directory=str(site.folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        page = browser.new_page(viewport=PHONE)
+        page.goto(f"http://127.0.0.1:{server.server_port}/blog/masking/", wait_until="load")
+        load = page.evaluate(LOAD_SHIFTS)
+        sidebar_shown = page.locator(".md-sidebar--post").is_visible()
+        page.close()
+        server.shutdown()
+    assert load["shift"] < 0.01, f"layout shift {load['shift']:.3f} while loading: {load['moved']}"
+    assert sidebar_shown
 
 
 COPY_BUTTONS = """() => [...document.querySelectorAll(".md-content pre")]
