@@ -34,7 +34,7 @@ CHROMIUM_ARGS = [
 ]
 # Bytes a reader's browser downloads on a first visit to any one page (response bodies, uncompressed, cold
 # cache). Math is typeset when the site is built: pages load MathJax's stylesheet and the fonts they use.
-PAGE_BUDGET_BYTES = 1_250_000  # heaviest page 1,115,132 on 2026-11-24 (the scaling article)
+PAGE_BUDGET_BYTES = 750_000  # heaviest page 682,485 on 2026-11-24 (the scaling article)
 
 _visits: dict[str, Visit] = {}
 

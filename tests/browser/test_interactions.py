@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from tests.browser.conftest import Site, posts
-from tests.browser.visit import MATH_DONE, MATH_STATE, MATH_TIMEOUT_MS
+from tests.browser.visit import MATH_DONE, MATH_STATE, MATH_TIMEOUT_MS, PHONE
 
 
 @pytest.fixture
@@ -43,6 +43,55 @@ def test_search_finds_the_articles(page: Page, word: str) -> None:
     found = results.inner_text()
     missing = [title for title in expected if title not in found]
     assert not missing, f"search for {word!r} did not list {missing}; it listed:\n{found[:2000]}"
+
+
+def _index_requests(page: Page) -> list[str]:
+    """Records, from now on, each request `page` makes for the search index."""
+    found: list[str] = []
+    page.on(
+        "request", lambda r: r.url.endswith("/search/search_index.json") and found.append(r.url)
+    )
+    return found
+
+
+@pytest.mark.parametrize(
+    ("viewport", "opener"),
+    [
+        ({"width": 1280, "height": 800}, ".md-search__input"),
+        (PHONE, 'label.md-header__button[for="__search"]'),
+    ],
+    ids=["desktop", "phone"],
+)
+def test_the_search_index_is_fetched_when_search_is_opened(
+    browser: Browser, site: Site, viewport: dict[str, int], opener: str
+) -> None:
+    """docs/javascripts/search-on-demand.js: a page load does not fetch the index; opening search does."""
+    page = browser.new_page(viewport=viewport)
+    fetched = _index_requests(page)
+    page.goto(site.url + "blog/masking/", wait_until="networkidle")
+    at_load = list(fetched)
+    page.locator(opener).click()
+    page.locator(".md-search__input").press_sequentially("softmax", delay=30)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.md-search-result__item').length > 0", timeout=15_000
+    )
+    page.close()
+    assert at_load == []
+    assert len(fetched) == 1
+
+
+def test_a_page_opened_from_a_search_result_highlights_the_words(
+    browser: Browser, site: Site
+) -> None:
+    """Material's search.highlight needs the index at load when the address holds `?h=`."""
+    page = browser.new_page()
+    page.goto(site.url + "blog/masking/?h=softmax", wait_until="networkidle")
+    page.wait_for_function(
+        "() => document.querySelectorAll('.md-content mark').length > 0", timeout=15_000
+    )
+    marked = page.locator(".md-content mark").first.inner_text()
+    page.close()
+    assert marked.lower() == "softmax"
 
 
 def _scheme(page: Page) -> tuple[str, str]:
