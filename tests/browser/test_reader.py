@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,28 +140,47 @@ def _results(reader: Path, mode: str, blocks: list[Block]) -> list[str | None]:
     return json.loads(_run([python, str(READER), mode], reader, stdin=given))
 
 
+def _blocks(articles: dict[str, list[Block]]) -> list[Block]:
+    return [block for found in articles.values() for block in found]
+
+
+@pytest.fixture(scope="session")
+def errors(reader: Path, articles: dict[str, list[Block]]) -> dict[str, list[str | None]]:
+    """What each block raised (None: it ran and printed what the page shows), in page order and alone.
+
+    In page order each article runs in its own interpreter. The runs share nothing, so they go side by
+    side, one per core.
+    """
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        alone = pool.submit(_results, reader, "alone", _blocks(articles))
+        in_order = [pool.submit(_results, reader, "in-order", found) for found in articles.values()]
+        return {
+            "in-order": [error for run in in_order for error in run.result()],
+            "alone": alone.result(),
+        }
+
+
 def test_every_article_runs_in_order_as_copied(
-    reader: Path, articles: dict[str, list[Block]]
+    articles: dict[str, list[Block]], errors: dict[str, list[str | None]]
 ) -> None:
     problems = [
         f"{block}: {error}"
-        for blocks in articles.values()
-        for block, error in zip(blocks, _results(reader, "in-order", blocks), strict=True)
+        for block, error in zip(_blocks(articles), errors["in-order"], strict=True)
         if error is not None
     ]
     assert not problems, "\n".join(problems)
 
 
 def test_blocks_that_fail_alone_are_marked_as_continuations(
-    reader: Path, articles: dict[str, list[Block]]
+    articles: dict[str, list[Block]], errors: dict[str, list[str | None]]
 ) -> None:
     """A block runs alone, or its title says that it continues the one above.
 
     A marked block may still run alone when it only defines names that it uses later (a class whose
     methods read the page's constants): it is counted, not failed.
     """
-    blocks = [block for found in articles.values() for block in found]
-    results = _results(reader, "alone", blocks)
+    blocks = _blocks(articles)
+    results = errors["alone"]
     unmarked = [
         f"{block}: {error}"
         for block, error in zip(blocks, results, strict=True)
