@@ -61,7 +61,7 @@ def build_site(dest: Path | None = None, site_url: str = LOCAL_URL) -> Path:
 def serve(site_dir: Path, url: str = LOCAL_URL) -> Iterator[str]:
     """Serve `site_dir` over HTTP at `url` (host and port) in a background thread; yields the URL."""
     address = urlsplit(url)
-    handler = functools.partial(_QuietHandler, directory=str(site_dir))
+    handler = functools.partial(QuietHandler, directory=str(site_dir))
     with http.server.ThreadingHTTPServer((address.hostname, address.port), handler) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
@@ -72,6 +72,6 @@ def serve(site_dir: Path, url: str = LOCAL_URL) -> Iterator[str]:
             thread.join()
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         """Keep the test output free of one line per request."""

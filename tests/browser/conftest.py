@@ -21,7 +21,7 @@ import yaml
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.visit import Visit, visit
-from tests.site import ROOT, build_site
+from tests.site import ROOT, QuietHandler, build_site
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -46,11 +46,6 @@ class Site:
     folder: Path
     url: str
     pages: tuple[str, ...]
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        """Keep the test output free of one line per request."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +92,7 @@ def _pages(folder: Path) -> tuple[str, ...]:
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     folder = tmp_path_factory.mktemp("site")
-    handler = functools.partial(_QuietHandler, directory=str(folder))
+    handler = functools.partial(QuietHandler, directory=str(folder))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         url = f"http://127.0.0.1:{server.server_port}/"
         try:

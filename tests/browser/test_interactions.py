@@ -45,15 +45,6 @@ def test_search_finds_the_articles(page: Page, word: str) -> None:
     assert not missing, f"search for {word!r} did not list {missing}; it listed:\n{found[:2000]}"
 
 
-def _index_requests(page: Page) -> list[str]:
-    """Records, from now on, each request `page` makes for the search index."""
-    found: list[str] = []
-    page.on(
-        "request", lambda r: r.url.endswith("/search/search_index.json") and found.append(r.url)
-    )
-    return found
-
-
 @pytest.mark.parametrize(
     ("viewport", "opener"),
     [
@@ -67,7 +58,10 @@ def test_the_search_index_is_fetched_when_search_is_opened(
 ) -> None:
     """docs/javascripts/search-on-demand.js: a page load does not fetch the index; opening search does."""
     page = browser.new_page(viewport=viewport)
-    fetched = _index_requests(page)
+    fetched: list[str] = []
+    page.on(
+        "request", lambda r: r.url.endswith("/search/search_index.json") and fetched.append(r.url)
+    )
     page.goto(site.url + "blog/masking/", wait_until="networkidle")
     at_load = list(fetched)
     page.locator(opener).click()

@@ -15,6 +15,7 @@ from playwright.sync_api import Browser
 
 from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
 from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, SHOW_EVERY_CODE_BLOCK, SKIPPABLE, Visit
+from tests.site import QuietHandler
 
 # Alt texts that say nothing about the picture.
 EMPTY_ALT = {
@@ -210,7 +211,7 @@ def test_skipping_off_screen_layout_leaves_every_block_its_height(
     assert not any(moved.values()), _report(moved)
 
 
-class _ArticleInTwoParts(http.server.SimpleHTTPRequestHandler):
+class _ArticleInTwoParts(QuietHandler):
     """Serves the site, each page's HTML in two parts a second apart, cut after the title: a slow network."""
 
     def copyfile(self, source: BinaryIO, outputfile: BinaryIO) -> None:
@@ -223,9 +224,6 @@ class _ArticleInTwoParts(http.server.SimpleHTTPRequestHandler):
         outputfile.flush()
         time.sleep(1)
         outputfile.write(html[cut:])
-
-    def log_message(self, format: str, *args: object) -> None:
-        """No line per request."""
 
 
 def test_an_article_read_in_two_parts_does_not_shift_on_a_phone(
