@@ -1,7 +1,8 @@
 """Build the site for the tests that look at it, once per test session, and serve it locally.
 
-`build_site()` runs `mkdocs build --strict` (so any warning fails it) with `SITE_URL` set to the local address
-that `serve()` listens on: Material's instant navigation works only when `site_url` matches the served address.
+`build_site()` runs `mkdocs build --strict` (so any warning fails it) with `SITE_URL` set to the address the
+site will be served from (`serve()` picks a free port): Material's instant navigation works only when `site_url`
+matches the served address.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_URL = "http://127.0.0.1:8765/"
@@ -58,15 +58,19 @@ def build_site(dest: Path | None = None, site_url: str = LOCAL_URL) -> Path:
 
 
 @contextlib.contextmanager
-def serve(site_dir: Path, url: str = LOCAL_URL) -> Iterator[str]:
-    """Serve `site_dir` over HTTP at `url` (host and port) in a background thread; yields the URL."""
-    address = urlsplit(url)
-    handler = functools.partial(QuietHandler, directory=str(site_dir))
-    with http.server.ThreadingHTTPServer((address.hostname, address.port), handler) as server:
+def serve(
+    site_dir: Path, handler: type[http.server.SimpleHTTPRequestHandler] | None = None
+) -> Iterator[str]:
+    """Serve `site_dir` on a free port of 127.0.0.1 in a background thread; yields its URL.
+
+    `handler` answers the requests (default `QuietHandler`: files as they are, no log line per request).
+    """
+    answer = functools.partial(handler or QuietHandler, directory=str(site_dir))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), answer) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            yield url
+            yield f"http://127.0.0.1:{server.server_port}/"
         finally:
             server.shutdown()
             thread.join()

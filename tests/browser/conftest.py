@@ -8,10 +8,7 @@ each page is visited in its own context by `visit.visit`, and the tests read the
 
 from __future__ import annotations
 
-import functools
-import http.server
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +18,7 @@ import yaml
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.visit import Visit, visit
-from tests.site import ROOT, QuietHandler, build_site
+from tests.site import ROOT, build_site, serve
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -92,20 +89,12 @@ def _pages(folder: Path) -> tuple[str, ...]:
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     folder = tmp_path_factory.mktemp("site")
-    handler = functools.partial(QuietHandler, directory=str(folder))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
-        url = f"http://127.0.0.1:{server.server_port}/"
+    with serve(folder) as url:  # the port first: the build needs the address it will be served from
         try:
             build_site(folder, site_url=url)
         except RuntimeError as error:
             pytest.fail(str(error))
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield Site(folder, url, _pages(folder))
-        finally:
-            server.shutdown()
-            thread.join()
+        yield Site(folder, url, _pages(folder))
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,6 @@ code copyable, accessible, readable on a phone, and within the page-weight budge
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 import time
 from pathlib import PurePosixPath
 from typing import BinaryIO
@@ -15,7 +12,7 @@ from playwright.sync_api import Browser
 
 from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
 from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, SHOW_EVERY_CODE_BLOCK, SKIPPABLE, Visit
-from tests.site import QuietHandler
+from tests.site import QuietHandler, serve
 
 # Alt texts that say nothing about the picture.
 EMPTY_ALT = {
@@ -230,15 +227,12 @@ def test_an_article_read_in_two_parts_does_not_shift_on_a_phone(
     site: Site, browser: Browser
 ) -> None:
     """Material puts a post's sidebar under the article on a phone: extra.css draws it once the footer is read."""
-    handler = functools.partial(_ArticleInTwoParts, directory=str(site.folder))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+    with serve(site.folder, _ArticleInTwoParts) as url:
         page = browser.new_page(viewport=PHONE)
-        page.goto(f"http://127.0.0.1:{server.server_port}/blog/masking/", wait_until="load")
+        page.goto(url + "blog/masking/", wait_until="load")
         load = page.evaluate(LOAD_SHIFTS)
         sidebar_shown = page.locator(".md-sidebar--post").is_visible()
         page.close()
-        server.shutdown()
     assert load["shift"] < 0.01, f"layout shift {load['shift']:.3f} while loading: {load['moved']}"
     assert sidebar_shown
 
