@@ -1,8 +1,8 @@
 """Build the site for the tests that look at it, once per test session, and serve it locally.
 
 `build_site()` runs `mkdocs build --strict` (so any warning fails it) with `SITE_URL` set to the address the
-site will be served from (`serve()` picks a free port): Material's instant navigation works only when `site_url`
-matches the served address.
+site will be served from (`serve()` picks a free port): pages name their links and assets by full address under
+`site_url`, and Material's instant navigation works only when it matches the served address.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 
-from tests.site import ROOT, build_site, load_hook
+from tests.site import LOCAL_URL, ROOT, build_site, load_hook
 
 DOCS = ROOT / "docs"
 
@@ -79,7 +79,7 @@ def test_notebook_is_executed_and_downloadable(site: Path) -> None:
     page = (site / "notebooks" / "playground" / "index.html").read_text(encoding="utf-8")
     assert page.count('data-mime-type="image/svg+xml"') == 3  # a heat-map figure per module family
     assert "Traceback" not in page
-    assert 'href="playground.ipynb"' in page
+    assert f'href="{LOCAL_URL}notebooks/playground/playground.ipynb"' in page
     assert (site / "notebooks" / "playground" / "playground.ipynb").is_file()
     assert "cdnjs" not in page
     assert "text/x-mathjax-config" not in page

@@ -84,7 +84,7 @@ def test_author_page_lists_the_articles(site: Site) -> None:
     for author in authors:
         page = (site.folder / "blog" / "author" / author / "index.html").read_text(encoding="utf-8")
         written = [post for post in posts() if author in post.meta["authors"]]
-        missing = [post.slug for post in written if f'href="../../{post.slug}/"' not in page]
+        missing = [post.slug for post in written if f'href="{site.url}{post.path}"' not in page]
         assert not missing, f"author page of {author} does not link {missing}"
 
 
@@ -92,7 +92,9 @@ def test_every_article_offers_its_notebook(site: Site) -> None:
     for post in posts():
         page = (site.folder / post.path / "index.html").read_text(encoding="utf-8")
         name = f"{post.slug}.ipynb"
-        assert f'<a href="{name}" download' in page, f"{post.slug}: no download button"
+        assert f'<a href="{site.url}{post.path}{name}" download' in page, (
+            f"{post.slug}: no download button"
+        )
         with urlopen(site.url + post.path + name) as response:
             notebook = nbformat.reads(response.read().decode("utf-8"), as_version=4)
         nbformat.validate(notebook)

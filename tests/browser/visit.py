@@ -105,6 +105,21 @@ OVERFLOW = """async () => {
 }"""
 
 
+# Every change of a link's or an asset's URL on the page, from before its first script runs: Material's instant
+# navigation rewrites each relative one at start-up, unless the build has written them absolute
+# (docs/hooks/absolute_urls.py). Rewrites that leave the value as it was (a `data:` URL set to itself) are not
+# changes.
+RECORD_URL_CHANGES = """
+window.__urlChanges = [];
+new MutationObserver((records) => {
+  for (const r of records) {
+    const now = r.target.getAttribute(r.attributeName);
+    if (now !== r.oldValue) window.__urlChanges.push(`<${r.target.localName} ${r.attributeName}="${r.oldValue}"> -> ${now}`);
+  }
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ["href", "src"], attributeOldValue: true});
+"""
+
+
 @dataclasses.dataclass
 class Visit:
     """What loading one page did and showed."""
@@ -126,6 +141,7 @@ class Visit:
     clipped: list[str] = dataclasses.field(default_factory=list)
     phone_overflow: int = 0
     phone_widest: list[str] = dataclasses.field(default_factory=list)
+    url_changes: list[str] = dataclasses.field(default_factory=list)
 
     def foreign_requests(self, base_url: str) -> list[str]:
         """Requests to any host other than the one serving the site (data: and blob: URLs are local)."""
@@ -146,6 +162,7 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
     local = urlsplit(base_url).netloc
     context.route(lambda url: urlsplit(url).netloc != local, lambda route: route.abort())
     page = context.new_page()
+    page.add_init_script(RECORD_URL_CHANGES)
     page.on("request", lambda request: record.requests.append(request.url))
     page.on("requestfinished", lambda request: finished.append(request))
     page.on("requestfailed", lambda r: record.failed.append(f"{r.url} ({r.failure})"))
@@ -157,6 +174,7 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
         # The page's weight: what opening it fetches, before the reader scrolls (lazy figures further down and
         # the other scheme's figures come later, if ever).
         record.bytes = sum(_body_size(request) for request in finished)
+        record.url_changes = page.evaluate("window.__urlChanges")
         lay_out_everything(page)
         page.evaluate(SHOW_EVERY_CODE_BLOCK)
         math = page.evaluate(MATH_STATE)
