@@ -69,15 +69,8 @@ def _absolute(attribute: re.Match, base: str) -> str:
     url = value[len(quote) : len(value) - len(quote)]
     if not _relative(url):
         return attribute[0]
-    start, end = attribute.span("value")
-    offset = attribute.start()
-    return (
-        attribute[0][: start - offset]
-        + quote
-        + urljoin(base, url)
-        + quote
-        + attribute[0][end - offset :]
-    )
+    name_and_equals = attribute[0][: attribute.start("value") - attribute.start()]
+    return f"{name_and_equals}{quote}{urljoin(base, url)}{quote}"
 
 
 class _RelativeTags(HTMLParser):
