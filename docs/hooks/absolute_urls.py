@@ -24,6 +24,8 @@ from mkdocs.structure.pages import Page
 # ("data:", "mailto:") are addresses already and are left alone here too.
 ABSOLUTE = re.compile(r"^(?:[a-z]+:)?//", re.IGNORECASE)
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+# The attributes Material rewrites.
+URL_ATTRIBUTES = ("href", "src")
 # One attribute of a start tag, its value (if any) whole: a quoted value cannot pass for an attribute.
 ATTRIBUTE = re.compile(
     r"""\s+(?P<name>[^\s=/>]+)(?:\s*=\s*(?P<value>"[^"]*"|'[^']*'|[^\s"'=<>`]+))?"""
@@ -63,7 +65,7 @@ def _relative(url: str | None) -> bool:
 def _absolute(attribute: re.Match, base: str) -> str:
     """One attribute of a tag, its URL made absolute if it is an `href` or `src` that holds a relative one."""
     value = attribute["value"]
-    if attribute["name"].lower() not in ("href", "src") or value is None:
+    if attribute["name"].lower() not in URL_ATTRIBUTES or value is None:
         return attribute[0]
     quote = value[0] if value[0] in "\"'" else ""
     url = value[len(quote) : len(value) - len(quote)]
@@ -92,7 +94,7 @@ class _RelativeTags(HTMLParser):
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if self.svg_depth == 0 and any(
-            name in ("href", "src") and _relative(value) for name, value in attrs
+            name in URL_ATTRIBUTES and _relative(value) for name, value in attrs
         ):
             line, column = self.getpos()
             self.found.append((self.line_starts[line - 1] + column, self.get_starttag_text()))
