@@ -11,7 +11,9 @@
 #   env     nvidia-smi.txt (nvidia-smi -q), versions.json (GPU, driver, CUDA, torch, triton, cuDNN, date)
 #   tests   tests.txt: the kernel's tests on CUDA in float16 and bfloat16 (TRITON_INTERPRET=0; the
 #           autotuner off, QKV_FLASH_AUTOTUNE=0, so that correctness takes minutes), then the article's
-#           CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed
+#           CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed: a machine without a package
+#           index gets it from WHEELS, a folder of wheels brought along (pytest_codeblocks-0.18.0 is pure
+#           Python), installed into the Python that runs the tests
 #   square  bench-square.json and plots/: full and causal, N = 1k .. 16k, D = 128 then 64, bfloat16
 #   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
 #           64k, key padding, causal 128k; D = 128, bfloat16
@@ -29,6 +31,9 @@ mkdir -p "$out"
 export PYTHONPATH=src TRITON_INTERPRET=0 TRITON_DEFAULT_FP_FUSION=1
 python=${PYTHON:-python3}
 limit=${STAGE_SECONDS:-540}  # under the 10 minutes a command may run, with time to copy the results
+# SIGINT lets the benchmark save what it measured; a kernel launch or an autotuner can hold it off
+# (the first H100 run saw a stage outlive its limit by minutes), so KILL follows 20 s later.
+stop=(timeout --kill-after=20)
 paths=(torch torch-flash torch-efficient torch-cudnn qkv-flash)
 
 for stage in "${stages[@]}"; do
@@ -56,23 +61,26 @@ PY
       ;;
     tests)
       # the sm_90 compile test is for machines without a GPU: here every kernel compiles for real
-      QKV_FLASH_AUTOTUNE=0 timeout "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
+      QKV_FLASH_AUTOTUNE=0 "${stop[@]}" "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
         -k "not test_kernels_compile_for_a_gpu" tests/test_flash.py tests/test_dispatch.py \
         tests/test_tiles.py 2>&1 | tee "$out/tests.txt" || true
+      if [ -n "${WHEELS:-}" ]; then
+        "$python" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl || true
+      fi
       if "$python" -c "import pytest_codeblocks" 2>/dev/null; then
-        timeout 120 "$python" -m pytest -q -p no:cacheprovider --codeblocks \
+        "${stop[@]}" 120 "$python" -m pytest -q -p no:cacheprovider --codeblocks \
           docs/blog/posts/flash-attention.md 2>&1 | tee "$out/docs-cuda.txt" || true
       else
         echo "pytest-codeblocks is not installed: the article's CUDA blocks were not run" | tee "$out/docs-cuda.txt"
       fi
       ;;
     square)
-      timeout --signal=INT "$limit" "$python" -m qkv.bench --suite square --dtype bf16 \
+      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv.bench --suite square --dtype bf16 \
         --head-dim 128 64 --n 1024 2048 4096 8192 16384 --paths "${paths[@]}" \
         --out "$out/bench-square.json" --plot "$out/plots" --table "$out/measured.json" || true
       ;;
     masks)
-      timeout --signal=INT "$limit" "$python" -m qkv.bench --suite decode gqa window padding long \
+      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv.bench --suite decode gqa window padding long \
         --dtype bf16 --head-dim 128 --paths "${paths[@]}" \
         --out "$out/bench-masks.json" --table "$out/measured.json" || true
       ;;

@@ -42,11 +42,16 @@ def assert_close_to_reference(actual, expected, yardstick, factor=2.0, atol=1e-5
     """
     if actual.shape != expected.shape:
         raise AssertionError(f"shape {tuple(actual.shape)} != reference {tuple(expected.shape)}")
-    error = (actual.double() - expected).abs().max().item()
+    errors = (actual.double() - expected).abs()
+    error = errors.max().item()
     allowed = factor * (yardstick.double() - expected).abs().max().item() + atol
     if not error <= allowed:
+        # where: enough to tell a wrong row, key or batch from noise on a run that cannot be repeated
+        worst = [int(i) for i in torch.unravel_index(errors.argmax(), errors.shape)]
+        over = int((errors > allowed).sum())
         raise AssertionError(
-            f"max error {error:.3e} exceeds {allowed:.3e} ({factor}x torch's own + {atol})"
+            f"max error {error:.3e} exceeds {allowed:.3e} ({factor}x torch's own + {atol}), "
+            f"at index {worst} of {tuple(actual.shape)}; {over} of {errors.numel()} elements over"
         )
 
 

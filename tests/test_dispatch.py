@@ -323,3 +323,31 @@ def test_triton_backend_runs_the_kernel():
     out = qkv.attention(q, k, v, is_causal=True, backend="triton")
     assert out.dtype == torch.float16
     torch.testing.assert_close(out.double(), expected, rtol=0, atol=2e-3)
+
+
+def test_shipped_table_sends_masks_and_long_decoding_to_the_kernel_on_an_h100(monkeypatch):
+    # What the FlashAttention post says auto does on an H100, from the table it ships (2026-11-25 run).
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(dispatch, "_device_name", lambda device: H100)
+    monkeypatch.setattr(
+        flash, "INTERPRETED", False
+    )  # the table is bfloat16, which the interpreter refuses
+
+    def choice(seqlen_q, seqlen_k, heads_kv=16, trained=False, **masks):
+        q = meta(4, 16, seqlen_q, 128, dtype=torch.bfloat16).requires_grad_(trained)
+        k = meta(4, heads_kv, seqlen_k, 128, dtype=torch.bfloat16)
+        return qkv.select_backend(q, k, k, enable_gqa=heads_kv != 16, **masks)
+
+    lengths = torch.full((4,), 1000, device="meta")
+    assert choice(65536, 65536, is_causal=True, window=4096) == "triton"
+    assert choice(16384, 16384, key_lengths=lengths) == "triton"
+    assert (
+        choice(16384, 16384, key_lengths=lengths, trained=True) == "torch"
+    )  # dK: see measured.json
+    assert choice(1, 65536, is_causal="bottom_right") == "triton"
+    assert choice(4, 16384, is_causal="bottom_right") == "triton"
+    assert choice(1, 4096, is_causal="bottom_right") == "torch"
+    for trained in (False, True):
+        for causal in (False, True):
+            for heads_kv in (16, 4):
+                assert choice(8192, 8192, heads_kv, trained, is_causal=causal) == "torch"

@@ -74,7 +74,8 @@ def test_each_variant_draws_in_its_own_colours_on_a_transparent_page() -> None:
         (lambda: _line(width=7.0), "7 in wide"),
         (lambda: _line(fontsize=8), "smaller than 10 pt: ['0.0042']"),
         (lambda: _line(fontsize="small"), "smaller than 10 pt"),
-        (lambda: _line(x=1.2), "outside the figure"),
+        (lambda: _line(x=1.2), "text '0.0042' is drawn outside the 4 x 3 in figure"),
+        (lambda: _line(x=1.2), "in past the right edge"),
     ],
 )
 def test_a_figure_that_breaks_the_contract_fails(draw, breach: str) -> None:

@@ -4,12 +4,10 @@
 queries and keys, causal and with a window of 256: never loaded, computed without a mask, or masked; the
 classes come from `qkv.kernels.tiles`, the functions the kernel itself calls.
 
-`flash-attention-cpu`: `qkv.bench` run on the CPU of the machine that builds the site, at build time, for the
-paths that run there (the explicit reference and torch's math and flash backends; the Triton kernel needs
-CUDA). The title carries the processor, the torch version and the UTC date of the run.
+`flash-attention-h100-full` and `flash-attention-h100-causal`: TFLOP/s against N on an H100, forward and
+forward + backward, from the recorded run `qkv.data.recorded("flash-attention")` (`benchmarks/gpu.sh`); the
+build measures nothing.
 """
-
-import functools
 
 import matplotlib
 from _diagram import canvas, cells, crop
@@ -18,17 +16,19 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from qkv import bench
+from qkv.data import recorded
 from qkv.kernels.tiles import classify_tiles, key_bounds, tile_ranges
 
 N, BLOCK_M, BLOCK_N = 1024, 128, 64
 KINDS = {"empty": "never loaded", "partial": "masked", "full": "no mask"}  # from faint to strong
 
-CPU_RUN = [
-    *("--device", "cpu", "--n", "128", "256", "512", "--head-dim", "64", "--dtype", "fp32"),
-    *("--causal", "no", "--mode", "forward", "--tokens", "1024", "--hidden", "256"),
-    *("--paths", "reference", "torch-math", "torch-flash"),
-]
+H100_PATHS = {  # path in the report: legend, as the post names it
+    "qkv-flash": "qkv.flash_attention",
+    "torch-cudnn": "torch, cuDNN",
+    "torch-flash": "torch, FlashAttention-2",
+    "torch-efficient": "torch, memory-efficient",
+}
+H100_MODES = {"forward": "forward", "forward+backward": "forward + backward"}
 
 
 def tile_maps() -> Figure:
@@ -60,16 +60,35 @@ def tile_maps() -> Figure:
     return fig
 
 
-def cpu_benchmark() -> Figure:
-    """Forward TFLOP/s against N on this machine's CPU, float32, D = 64, no mask."""
-    figure = bench.draw(_cpu_report(), mode="forward", dtype="fp32", head_dim=64, causal=False)
-    figure.set_size_inches(5.5, 4.2)
-    return figure
-
-
-@functools.cache  # run once per build: the light and the dark figure show the same run
-def _cpu_report() -> dict:
-    return bench.run(bench.parse_args(CPU_RUN), progress=None)
+def h100_speed(causal: bool) -> Figure:
+    """TFLOP/s against N of each path, forward above and forward + backward below, bf16, D = 128."""
+    report = recorded("flash-attention")
+    fig = Figure(figsize=(5.5, 6.6), layout="constrained")
+    axes = fig.subplots(len(H100_MODES), 1, sharex=True, sharey=True)
+    for ax, (mode, title) in zip(axes, H100_MODES.items(), strict=True):
+        for path, label in H100_PATHS.items():
+            points = [
+                (r["seqlen_k"], r["tflops"])
+                for r in report["results"]
+                if r["suite"] == "square" and r["status"] == "ok" and r["head_dim"] == 128
+                and (r["path"], r["mode"], bool(r["causal"])) == (path, mode, causal)
+            ]  # fmt: skip
+            ax.plot(*zip(*points, strict=True), "o-", label=label)
+        ax.set_title(title)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_ylim(0, 700)
+    axes[-1].set_xscale("log", base=2)
+    ns = sorted({r["seqlen_k"] for r in report["results"] if r["suite"] == "square"})
+    axes[-1].set_xticks(ns, [f"{n // 1024}k" for n in ns])
+    axes[-1].set_xlabel("sequence length N (batch x N = 16k tokens, 16 heads)")
+    env = report["environment"]
+    fig.suptitle(
+        f"{'causal' if causal else 'full'}, bf16, D = 128, H100 SXM, {env['date_utc'][:10]}"
+    )
+    fig.legend(
+        *axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, frameon=False
+    )
+    return fig
 
 
 # --- the loop of the forward kernel (issue 9, diagrams) ---------------------------------------------------
@@ -145,6 +164,7 @@ def kernel_loop() -> Figure:
 
 FIGURES = {
     "flash-attention-tiles": tile_maps,
-    "flash-attention-cpu": cpu_benchmark,
+    "flash-attention-h100-full": lambda: h100_speed(causal=False),
+    "flash-attention-h100-causal": lambda: h100_speed(causal=True),
     "flash-attention-loop": kernel_loop,
 }

@@ -32,6 +32,7 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
@@ -210,18 +211,36 @@ def contract_breaches(figure: Figure) -> list[str]:
             f"its smallest text is {smallest * 96 / 72 * shrink:.1f} CSS px in a "
             f"{style.PHONE_COLUMN_PX} px column: at least {style.MIN_PHONE_TEXT_PX:g}"
         )
-    drawn = figure.get_tightbbox()  # inches, everything drawn
-    slack = 1 / 72
-    if (
-        drawn.x0 < -slack
-        or drawn.y0 < -slack
-        or drawn.x1 > width + slack
-        or drawn.y1 > height + slack
-    ):
-        breaches.append(
-            f"something is drawn outside the figure: {drawn.bounds} in a {width:g} x {height:g} in figure"
-        )
+    slack = 1 / 72  # inches
+    for what, box in _extents(figure):
+        overflow = {
+            "left": -box.x0,
+            "bottom": -box.y0,
+            "right": box.x1 - width,
+            "top": box.y1 - height,
+        }
+        past = {edge: inches for edge, inches in overflow.items() if inches > slack}
+        if past:
+            edges = ", ".join(
+                f"{inches:.2f} in past the {edge} edge" for edge, inches in past.items()
+            )
+            breaches.append(
+                f"{what} is drawn outside the {width:g} x {height:g} in figure: {edges}"
+            )
     return breaches
+
+
+def _extents(figure: Figure) -> list[tuple[str, Bbox]]:
+    """What `figure` draws, each with its box in inches: every axes with its labels, ticks and legend (named
+    by its title), and every text and legend placed on the figure itself."""
+    named = [
+        (f"axes {number} ({ax.get_title() or 'untitled'!r}, its labels and ticks)", ax)
+        for number, ax in enumerate(figure.axes, start=1)
+    ]
+    named += [(f"text {text.get_text().strip()[:40]!r}", text) for text in figure.texts]
+    named += [(f"legend {number}", legend) for number, legend in enumerate(figure.legends, 1)]
+    inches = figure.dpi_scale_trans.inverted()
+    return [(what, artist.get_tightbbox().transformed(inches)) for what, artist in named]
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
