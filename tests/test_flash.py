@@ -531,3 +531,12 @@ BAD_INPUTS = [
 def test_bad_input_is_refused_with_the_shapes(args, kwargs, error, message):
     with pytest.raises(error, match=message):
         qkv.flash_attention(*args, **kwargs)
+
+
+def test_without_triton_the_error_names_the_extra(monkeypatch):
+    import qkv.kernels
+
+    monkeypatch.setattr(qkv.kernels, "triton_installed", lambda: False)
+    q = torch.randn(1, 1, 4, 16, dtype=torch.float16)
+    with pytest.raises(ModuleNotFoundError, match=r"qkv\[kernel\]"):
+        qkv.flash_attention(q, q, q)

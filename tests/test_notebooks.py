@@ -151,11 +151,10 @@ def test_first_code_cell_installs_qkv_from_the_site_with_the_posts_extras(
     tmp_snippets: dict[str, object],
 ) -> None:
     post = POST.replace("slug: example\n", "slug: example\nextras: [kernel]\n")
-    notebook = article_notebook(post, snippets=tmp_snippets, index_url="https://site/simple/")
-    install = notebook.cells[0]
+    wheel = "https://site/packages/qkv-1.0-py3-none-any.whl#sha256=" + "0" * 64
+    install = article_notebook(post, snippets=tmp_snippets, wheel_url=wheel).cells[0]
     assert install.cell_type == "code"
-    assert 'index = "https://site/simple/"' in install.source
-    assert '"qkv[kernel]"' in install.source
-    plain = article_notebook(POST, snippets=tmp_snippets, index_url="https://site/simple/").cells[0]
-    assert '"qkv"' in plain.source
-    assert "qkv[" not in plain.source
+    assert f'qkv = "qkv[kernel] @ {wheel}"' in install.source
+    assert "index" not in install.source  # never a name looked up on an index
+    plain = article_notebook(POST, snippets=tmp_snippets, wheel_url=wheel).cells[0]
+    assert f'qkv = "qkv @ {wheel}"' in plain.source

@@ -47,15 +47,14 @@ ORIGIN = (
     "Run the cells in order; the first installs the `qkv` package from the site if it is missing.*"
 )
 INSTALL = """\
-# Install qkv from the site's package index if this environment lacks it.
+# Install qkv from the site if this environment lacks it: the file by its address and sha256
 import importlib.util
 import subprocess
 import sys
 
 if importlib.util.find_spec("qkv") is None:
-    index = "{index_url}"
-    pip = [sys.executable, "-m", "pip", "install", "--extra-index-url", index]
-    subprocess.check_call([*pip, "{requirement}"])"""
+    qkv = "{requirement} @ {wheel_url}"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", qkv])"""
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
@@ -65,7 +64,7 @@ def article_notebook(
     snippets: Mapping[str, Any],
     link: Callable[[str], str] = lambda target: target,
     url: str | None = None,
-    index_url: str | None = None,
+    wheel_url: str | None = None,
 ) -> nbformat.NotebookNode:
     """The notebook of one article.
 
@@ -77,8 +76,9 @@ def article_notebook(
             URL the notebook should use.
         url: the article's address on the site, named in a first cell that says where the notebook comes
             from.
-        index_url: the site's package index (`<site>/simple/`); when given, the first code cell installs
-            `qkv` from it, with the front matter's `extras`, if the environment lacks the package.
+        wheel_url: the address of the site's wheel with its sha256 (`<site>packages/<wheel>#sha256=...`);
+            when given, the first code cell installs `qkv` from it, with the front matter's `extras`, if
+            the environment lacks the package (an address, never a name looked up on an index).
 
     Returns:
         A valid nbformat 4 notebook with deterministic cell ids.
@@ -94,11 +94,11 @@ def article_notebook(
     cells: list[nbformat.NotebookNode] = []
     if url is not None:
         cells.append(nbformat.v4.new_markdown_cell(ORIGIN.format(url=url)))
-    if index_url is not None:
+    if wheel_url is not None:
         front_matter = next((c.source for c in read.cells if c.cell_type == "raw"), "")
         extras = ",".join((yaml.safe_load(front_matter.strip("-\n")) or {}).get("extras", []))
         requirement = f"qkv[{extras}]" if extras else "qkv"
-        install = INSTALL.format(index_url=index_url, requirement=requirement)
+        install = INSTALL.format(wheel_url=wheel_url, requirement=requirement)
         cells.append(nbformat.v4.new_code_cell(install))
     body: list[nbformat.NotebookNode] = []
     for cell in read.cells:
@@ -156,7 +156,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
         snippets=config.mdx_configs["pymdownx.snippets"],
         link=link,
         url=config.site_url + page.url,
-        index_url=config.site_url + "simple/",
+        wheel_url=config.extra["qkv_wheel"],
     )
     content = json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
     files.append(File.generated(config, posixpath.join(folder, name), content=content))

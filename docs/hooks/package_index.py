@@ -8,10 +8,14 @@ project's own build backend) and publishes them with a PEP 503 simple index:
     simple/index.html               the project list: qkv
     simple/qkv/index.html           a link to each file, with its sha256 and Requires-Python
 
-so that `pip install qkv --extra-index-url <site_url>simple/` works against the built site. Pages name the
-site's address as `{{ site_url }}` (and the version as `{{ qkv_version }}`): this hook fills both in, with
-the configured `site_url`, so every command a reader copies points at the site that served it. Two
-placeholders do not justify a templating plugin (mkdocs-macros would also read every `{{` of every code block).
+Pages never ask pip for the name `qkv` on more than one index: pip takes the highest version a name has on
+any index it is given, and `qkv` is not ours on PyPI, so `--extra-index-url <site>simple/` would install
+whatever someone uploads there under a higher version. Commands name the file instead, by its full address
+and its sha256, which pip checks: `{{ qkv_wheel }}` and `{{ qkv_sdist }}` (`<site_url>packages/<file>#sha256=
+<digest>`). Pages also name the site's address as `{{ site_url }}` and the version as `{{ qkv_version }}`.
+This hook fills all four in, with the configured `site_url`, so every command a reader copies points at the
+site that served it. Four placeholders do not justify a templating plugin (mkdocs-macros would also read
+every `{{` of every code block).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
 PROJECT = "qkv"
-PLACEHOLDERS = ("{{ site_url }}", "{{ qkv_version }}")
+PLACEHOLDERS = ("site_url", "qkv_version", "qkv_wheel", "qkv_sdist")  # each written {{ name }}
 INDEX_PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head><meta charset="utf-8"><meta name="pypi:repository-version" content="1.0"><title>{title}</title></head>
@@ -60,12 +64,16 @@ def metadata(wheel: Path) -> dict[str, str]:
     return {key: headers[key] for key in headers}
 
 
+def pinned(path: Path) -> str:
+    """`<file name>#sha256=<digest>`: a file as a link names it so that pip checks what it downloads."""
+    return f"{path.name}#sha256={hashlib.sha256(path.read_bytes()).hexdigest()}"
+
+
 def project_page(distributions: tuple[Path, ...], requires_python: str | None) -> str:
     """The PEP 503 page of the project: a link to each file, with its hash and Requires-Python."""
     attribute = f' data-requires-python="{html.escape(requires_python)}"' if requires_python else ""
     links = "<br>\n".join(
-        f'<a href="../../packages/{path.name}#sha256={hashlib.sha256(path.read_bytes()).hexdigest()}"'
-        f"{attribute}>{path.name}</a>"
+        f'<a href="../../packages/{pinned(path)}"{attribute}>{path.name}</a>'
         for path in distributions
     )
     return INDEX_PAGE.format(title=f"Links for {PROJECT}", links=links)
@@ -81,6 +89,9 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
             raise PluginError(f"building the {PROJECT} distributions failed: {error}") from error
         found = metadata(distributions[0])
         config.extra["qkv_version"] = found["Version"]  # what pages say they were checked with
+        wheel, sdist = distributions
+        config.extra["qkv_wheel"] = f"{config.site_url}packages/{pinned(wheel)}"
+        config.extra["qkv_sdist"] = f"{config.site_url}packages/{pinned(sdist)}"
         for path in distributions:
             files.append(File.generated(config, f"packages/{path.name}", content=path.read_bytes()))
         page = project_page(distributions, found.get("Requires-Python"))
@@ -91,6 +102,8 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Fill in `{{ site_url }}` and `{{ qkv_version }}`."""
-    version = config.extra["qkv_version"]
-    return markdown.replace(PLACEHOLDERS[0], config.site_url).replace(PLACEHOLDERS[1], version)
+    """Fill in `{{ site_url }}`, `{{ qkv_version }}`, `{{ qkv_wheel }}` and `{{ qkv_sdist }}`."""
+    values = {"site_url": config.site_url} | {name: config.extra[name] for name in PLACEHOLDERS[1:]}
+    for name, value in values.items():
+        markdown = markdown.replace(f"{{{{ {name} }}}}", value)
+    return markdown

@@ -14,7 +14,7 @@ attention over the whole sequence on one process.
 
 Two ways to start it:
 
-- `python -m qkv.ring_bench --world 2 4` spawns that many CPU processes on this machine (gloo on loopback);
+- `python -m qkv.ring_bench --world 2 4` starts that many CPU processes on this machine (gloo on loopback);
 - `torchrun --nproc-per-node 8 -m qkv.ring_bench --device cuda` runs one process per GPU (NCCL); torchrun
   sets the rank and the address of the group in the environment.
 
@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +36,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from qkv.bench import environment, write_json
@@ -52,19 +53,33 @@ BATCH, HEADS, HEAD_DIM = 1, 2, 64
 
 
 def run(world: int, ns: list[int], causal: bool = False, repeats: int = 5) -> list[dict]:
-    """Spawn `world` CPU processes joined by gloo on loopback, measure every N, return rank 0's rows."""
+    """Start `world` CPU processes joined by gloo on loopback, measure every N, return rank 0's rows.
+
+    Each process is a fresh `python -m qkv.ring_bench --rank r`, never a copy of the caller: a script that
+    calls `run` at its top level needs no `if __name__ == "__main__":` guard (with multiprocessing's spawn,
+    every process would run that script again from the top).
+
+    Raises:
+        RuntimeError: a process failed; its error is on stderr.
+    """
     with socket.socket() as probe:  # a free port for the group's rendezvous
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    context = mp.get_context("spawn")
-    results = context.SimpleQueue()
-    mp.spawn(_spawned, args=(world, port, ns, causal, repeats, results), nprocs=world, join=True)
-    return results.get()
+    command = [sys.executable, "-m", "qkv.ring_bench", "--world", str(world), "--port", str(port)]
+    command += ["--n", *map(str, ns), "--repeats", str(repeats), *(["--causal"] if causal else [])]
+    processes = [
+        subprocess.Popen([*command, "--rank", str(rank)], stdout=subprocess.PIPE, text=True)
+        for rank in range(world)
+    ]
+    outputs = [process.communicate()[0] for process in processes]  # only rank 0 prints
+    failed = {rank: p.returncode for rank, p in enumerate(processes) if p.returncode != 0}
+    if failed:
+        raise RuntimeError(f"ring_bench processes failed, rank: exit code {failed}")
+    return json.loads(outputs[0])
 
 
-def _spawned(
-    rank: int, world: int, port: int, ns: list[int], causal: bool, repeats: int, results: object
-) -> None:
+def _rank(rank: int, world: int, port: int, ns: list[int], causal: bool, repeats: int) -> None:
+    """One process of `run`: join the group, measure, and on rank 0 print the rows as JSON."""
     # --8<-- [start:launch]
     dist.init_process_group(
         "gloo",  # CPU tensors; "nccl" for GPUs
@@ -78,7 +93,7 @@ def _spawned(
     try:
         rows = [measure(n, causal, repeats, torch.device("cpu")) for n in ns]
         if rank == 0:
-            results.put(rows)
+            print(json.dumps(rows))
     finally:
         dist.destroy_process_group()
 
@@ -168,13 +183,19 @@ def _under_torchrun(args: argparse.Namespace) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qkv.ring_bench", description=__doc__)
-    parser.add_argument("--world", type=int, nargs="+", default=[2, 4], help="processes to spawn")
+    parser.add_argument("--world", type=int, nargs="+", default=[2, 4], help="processes to start")
     parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda under torchrun")
     parser.add_argument("--out", type=Path, default=Path("attention-across-devices.json"))
+    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)  # one process of run()
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rank is not None:
+        (world,) = args.world
+        _rank(args.rank, world, args.port, args.n, args.causal, args.repeats)
+        return 0
     if "RANK" in os.environ:  # started by torchrun: one process of the group
         rows = _under_torchrun(args)
         if int(os.environ["RANK"]) != 0:

@@ -99,7 +99,8 @@ def test_every_article_offers_its_notebook(site: Site) -> None:
             notebook = nbformat.reads(response.read().decode("utf-8"), as_version=4)
         nbformat.validate(notebook)
         assert notebook.cells[0].source.startswith(f"*Generated from the article at <{site.url}")
-        assert f'index = "{site.url}simple/"' in notebook.cells[1].source  # installs from here
+        install = notebook.cells[1].source
+        assert re.search(rf'" @ {site.url}packages/qkv-[^"#]+\.whl#sha256=[0-9a-f]{{64}}"', install)
         assert any(cell.cell_type == "code" for cell in notebook.cells)
         assert notebook.metadata.kernelspec.name == "python3"
 

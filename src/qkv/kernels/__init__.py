@@ -2,7 +2,7 @@
 
 from torch import Tensor
 
-from qkv.kernels.contract import Causal
+from qkv.kernels.contract import NO_TRITON, Causal, triton_installed
 
 
 def flash_attention(
@@ -57,6 +57,7 @@ def flash_attention(
         `(B, H, L, D)`, in the inputs' dtype.
 
     Raises:
+        ModuleNotFoundError: Triton is not installed (the `kernel` extra).
         TypeError: a non-tensor, a dtype other than float16/bfloat16 (bfloat16 under the interpreter),
             tensors of different dtypes, a `scale` that is not a number, a `causal` that is neither a bool
             nor a str, a `window` that is not an int, or `key_lengths` that are not integers.
@@ -66,6 +67,8 @@ def flash_attention(
             alignment, a `window` below 1 or without `causal`, or `key_lengths` that are not `(B,)` on the
             inputs' device.
     """
+    if not triton_installed():
+        raise ModuleNotFoundError(NO_TRITON, name="triton")
     from qkv.kernels.flash import flash_attention as kernel
 
     return kernel(q, k, v, causal, scale, window=window, key_lengths=key_lengths)

@@ -13,6 +13,17 @@ from torch import Tensor
 from qkv._checks import check_same_dtype_and_device, check_scale, check_tensor, shape
 from qkv.masks import ALIGNMENTS, Alignment
 
+NO_TRITON = (
+    "the kernels need Triton, which is not installed: install qkv with its kernel extra, "
+    "qkv[kernel] (the Get started page gives the command), or pip install triton"
+)
+
+
+def triton_installed() -> bool:
+    """Whether Triton can be imported, without importing it."""
+    return importlib.util.find_spec("triton") is not None
+
+
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0 allows 2**31 - 1)
@@ -126,8 +137,8 @@ def check_kernel_inputs(q: Tensor, k: Tensor, v: Tensor, scale: object) -> None:
     if q.size(2) == 0 or k.size(2) == 0:
         raise ValueError(f"q and k need at least one position: q {shape(q)}, k {shape(k)}")
     check_scale(scale)
-    if importlib.util.find_spec("triton") is None:
-        raise ValueError("the kernels need Triton, which is not installed (pip install triton)")
+    if not triton_installed():
+        raise ValueError(NO_TRITON)
     from qkv.kernels import flash  # Triton, and whether it interprets, are known from here on
 
     if q.device.type == "cpu" and not flash.INTERPRETED:
