@@ -117,6 +117,15 @@ def check_a_bad_shard_on_one_rank_fails_on_every_rank(rank: int, world: int) -> 
             qkv.ring_attention(q, k, v)
 
 
+def check_malformed_flags_and_sizes_fail_on_every_rank(rank: int, world: int) -> None:
+    q, k, v = (torch.randn(B, H, SHARD, size) for size in (D, D, DV))
+    with pytest.raises(TypeError, match="causal must be a bool, got str 'no'"):
+        qkv.ring_attention(q, k, v, causal="no")  # a truthy string once passed for True
+    empty = torch.randn(B, H, SHARD, 0)
+    with pytest.raises(ValueError, match=r"feature size D of at least 1, got q \(2, 3, 5, 0\)"):
+        qkv.ring_attention(empty, empty, v)
+
+
 def check_a_subgroup_rings_its_own_ranks(rank: int, world: int) -> None:
     members = [1, 3]
     group = dist.new_group(members)  # every process must take part in creating it
@@ -139,6 +148,7 @@ def test_two_ranks():
         "check_float16_within_torchs_error",
         "check_shards_of_different_lengths_fail_on_every_rank",
         "check_a_bad_shard_on_one_rank_fails_on_every_rank",
+        "check_malformed_flags_and_sizes_fail_on_every_rank",
     )
 
 

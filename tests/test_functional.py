@@ -403,3 +403,15 @@ WEIGHTS_BAD_CALLS = {
 def test_attention_weights_rejects_bad_input(args, kwargs, error, message):
     with pytest.raises(error, match=message):
         qkv.attention_weights(args[0], args[1], **kwargs)
+
+
+@pytest.mark.parametrize("flag", ["bottom_right", "top_left", 1, None])
+def test_is_causal_takes_only_a_bool_as_torch_does(flag):
+    # "bottom_right" once passed for True and silently aligned top-left; torch raises TypeError.
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    with pytest.raises(TypeError):
+        F.scaled_dot_product_attention(q, k, v, is_causal=flag)
+    with pytest.raises(TypeError, match=rf"is_causal must be a bool, got {type(flag).__name__}"):
+        qkv.scaled_dot_product_attention(q, k, v, is_causal=flag)
+    with pytest.raises(TypeError, match="is_causal must be a bool"):
+        qkv.attention_weights(q, k, is_causal=flag)

@@ -21,6 +21,12 @@ def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {shape(x)}")
 
 
+def check_bool(name: str, flag: object) -> None:
+    """Raise unless `flag` is a bool: a truthy string such as "bottom_right" must not pass for True."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"{name} must be a bool, got {type(flag).__name__} {flag!r}")
+
+
 def check_sizes(minimum: int = 1, **sizes: object) -> None:
     """Raise unless every named size is an int of at least `minimum` (0 or 1)."""
     for name, size in sizes.items():

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from qkv._checks import check_same_dtype_and_device, check_sizes, check_tensor, shape
+from qkv._checks import check_bool, check_same_dtype_and_device, check_sizes, check_tensor, shape
 
 
 def ring_attention(
@@ -44,8 +44,9 @@ def ring_attention(
 
     Raises:
         ValueError: no initialised process group; shards of different shapes on different ranks, or a
-            `causal` that differs between ranks (raised on every rank alike); shapes that disagree.
-        TypeError: non-tensor or non-float inputs, or dtypes that differ.
+            `causal` that differs between ranks (raised on every rank alike); shapes that disagree; a
+            feature size D of 0.
+        TypeError: non-tensor or non-float inputs, dtypes that differ, or a `causal` that is not a bool.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError(
@@ -199,12 +200,15 @@ def _check_shards(q: object, k: object, v: object, causal: bool, group: dist.Pro
             if x.dim() != 4:
                 raise ValueError(f"{name} must be (B, H, N/W, D), got {shape(x)}")
         check_same_dtype_and_device(q=q, k=k, v=v)
+        check_bool("causal", causal)
+        if q.size(-1) == 0:
+            raise ValueError(f"q and k need a feature size D of at least 1, got q {shape(q)}")
         if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3] or q.size(-1) != k.size(-1):
             raise ValueError(
                 "q, k and v must be shards of one sequence, (B, H, N/W, D) with the same B, H, N/W "
                 f"and D for q and k: q {shape(q)}, k {shape(k)}, v {shape(v)}"
             )
-        report = (None, shape(q), shape(k), shape(v), causal)
+        report = (None, shape(q), shape(k), shape(v), causal)  # causal: a bool, checked above
     except (TypeError, ValueError) as error:
         report, own_error = (str(error), None, None, None, causal), error
     reports = [None] * dist.get_world_size(group)

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from qkv._checks import check_attention_inputs
+from qkv._checks import check_attention_inputs, check_bool
 from qkv.masks import causal_mask
 
 
@@ -37,9 +37,11 @@ def attention_weights(
         `(..., L, S)`, each row summing to 1, except rows whose keys are all masked: those are zeros.
 
     Raises:
-        TypeError: a non-tensor, non-float input, or a mask that is neither bool nor float.
+        TypeError: a non-tensor, non-float input, a mask that is neither bool nor float, or an `is_causal`
+            that is not a bool (for `"bottom_right"`, see `qkv.attention`).
         ValueError: shapes that disagree, a mask that does not broadcast, or a mask together with `is_causal`.
     """
+    check_bool("is_causal", is_causal)
     check_attention_inputs(query, key, None, attn_mask, is_causal, scale, enable_gqa)
     return _attention_weights(query, key, attn_mask, is_causal, scale, enable_gqa)
 
@@ -121,10 +123,12 @@ def scaled_dot_product_attention(
         `(..., L, Ev)`. A query row with no allowed key gives zeros, not NaN.
 
     Raises:
-        TypeError: a non-tensor or non-float input, tensors of different dtypes, or a mask of the wrong dtype.
+        TypeError: a non-tensor or non-float input, tensors of different dtypes, a mask of the wrong dtype,
+            or an `is_causal` that is not a bool (torch's rule; `qkv.attention` takes `"bottom_right"`).
         ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`,
             or a `dropout_p` outside [0, 1].
     """
+    check_bool("is_causal", is_causal)
     check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
     return _scaled_dot_product_attention(
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
