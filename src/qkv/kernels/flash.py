@@ -69,10 +69,16 @@ def _batch_head():
 
 @triton.jit
 def _kept_keys(KeyLengths, seqlen_k):
-    """How many keys this program's batch keeps: `key_lengths[b]` clamped to [0, S], or S without them."""
+    """How many keys this program's batch keeps: `key_lengths[b]` clamped to [0, S], or S without them.
+
+    In int32 either way, like `seqlen_k`: the loop bounds derived from it then have one type with and
+    without key lengths. (With the int64 of a loaded length, dK failed a CUDA test at D = 128 on the
+    first H100 run, Triton 3.6, while the same shapes without key lengths passed; whether this is the
+    cause is for the next GPU run to show.)
+    """
     kv_len = seqlen_k
     if KeyLengths is not None:
-        kv_len = min(max(tl.load(KeyLengths + tl.program_id(2)), 0), seqlen_k)
+        kv_len = min(max(tl.load(KeyLengths + tl.program_id(2)), 0), seqlen_k).to(tl.int32)
     return kv_len
 
 
