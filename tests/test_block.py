@@ -89,6 +89,138 @@ def test_mlp_needs_a_hidden_unit(mlp_ratio):
         qkv.TransformerBlock(E, H, mlp_ratio=mlp_ratio)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"embed_dim": 0}, ValueError, r"embed_dim must be positive, got 0"),
+        ({"embed_dim": "16"}, TypeError, r"embed_dim must be an int, got str"),
+        ({"num_heads": 0}, ValueError, r"num_heads must be positive, got 0"),
+        ({"mlp_ratio": "4"}, TypeError, r"mlp_ratio must be a number, got str"),
+        ({"mlp_ratio": float("nan")}, ValueError, r"mlp_ratio must be finite, got nan"),
+        ({"mlp_ratio": float("inf")}, ValueError, r"mlp_ratio must be finite, got inf"),
+        ({"dropout": 1.5}, ValueError, r"dropout must lie in \[0, 1\], got 1.5"),
+        ({"cross_attention": "no"}, TypeError, r"cross_attention must be a bool, got str"),
+    ],
+    ids=[
+        "width-0",
+        "width-str",
+        "heads-0",
+        "ratio-str",
+        "ratio-nan",
+        "ratio-inf",
+        "dropout",
+        "cross",
+    ],
+)
+def test_bad_construction_is_rejected(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        qkv.TransformerBlock(**{"embed_dim": E, "num_heads": H, **kwargs})
+
+
+ENCODER, DECODER = qkv.TransformerBlock(E, H), qkv.TransformerBlock(E, H, cross_attention=True)
+X, MEMORY = torch.randn(2, 3, E), torch.randn(2, 5, E)
+BAD_CALLS = {
+    "x width": (
+        ENCODER,
+        {"x": torch.randn(2, 3, E + 1)},
+        ValueError,
+        r"x must be \(B, N, 16\) \(batch first\) or \(N, 16\) \(unbatched\), got shape \(2, 3, 17\)",
+    ),
+    "x rank": (ENCODER, {"x": torch.randn(E)}, ValueError, r"x must be .* got shape \(16,\)"),
+    "x integer": (
+        ENCODER,
+        {"x": torch.ones(2, 3, E, dtype=torch.long)},
+        TypeError,
+        r"x must be a floating-point tensor, got dtype torch.int64",
+    ),
+    "x dtype, block's": (
+        ENCODER,
+        {"x": X.double()},
+        TypeError,
+        r"x has dtype torch.float64 but the module's parameters are torch.float32",
+    ),
+    "x device, block's": (
+        ENCODER,
+        {"x": X.to("meta")},
+        ValueError,
+        r"x is on meta but the module's parameters are on cpu",
+    ),
+    "memory width": (
+        DECODER,
+        {"x": X, "memory": torch.randn(2, 5, E + 1)},
+        ValueError,
+        r"memory must be \(B, N, 16\) \(batch first\), got shape \(2, 5, 17\)",
+    ),
+    "memory dtype": (
+        DECODER,
+        {"x": X, "memory": MEMORY.double()},
+        TypeError,
+        r"x and memory disagree on dtype: x torch.float32 vs memory torch.float64",
+    ),
+    "memory batch": (
+        DECODER,
+        {"x": X, "memory": MEMORY[:1]},
+        ValueError,
+        r"x and memory disagree on the batch size: x \(2, 3, 16\) vs memory \(1, 5, 16\)",
+    ),
+    "memory padding shape": (
+        DECODER,
+        {"x": X, "memory": MEMORY, "memory_key_padding_mask": torch.zeros(2, 3, dtype=torch.bool)},
+        ValueError,
+        r"memory_key_padding_mask of shape \(2, 3\) does not broadcast to memory's \(B, S\) \(2, 5\)",
+    ),
+    "memory padding 1-d": (
+        DECODER,
+        {"x": X, "memory": MEMORY, "memory_key_padding_mask": torch.zeros(5, dtype=torch.bool)},
+        ValueError,
+        r"memory_key_padding_mask must be \(B, S\), one entry per key of memory \(2, 5, 16\), "
+        r"got shape \(5,\)",
+    ),
+    "memory padding dtype": (
+        DECODER,
+        {"x": X, "memory": MEMORY, "memory_key_padding_mask": torch.zeros(2, 5, dtype=torch.long)},
+        TypeError,
+        r"memory_key_padding_mask must be bool \(True = ignore\) or floating point, got torch.int64",
+    ),
+    "memory padding without memory": (
+        ENCODER,
+        {"x": X, "memory_key_padding_mask": torch.zeros(2, 5, dtype=torch.bool)},
+        ValueError,
+        r"memory_key_padding_mask needs memory \(a block with cross_attention=True\)",
+    ),
+    "padding 1-d": (
+        ENCODER,
+        {"x": X, "key_padding_mask": torch.zeros(3, dtype=torch.bool)},
+        ValueError,
+        r"key_padding_mask must be \(B, S\), .* got shape \(3,\)",
+    ),
+    "is_causal unknown": (
+        ENCODER,
+        {"x": X, "is_causal": "causal"},
+        ValueError,
+        r"is_causal must be False, True or one of \('top_left', 'bottom_right'\), got 'causal'",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("block", "kwargs", "error", "message"), BAD_CALLS.values(), ids=BAD_CALLS.keys()
+)
+def test_bad_input_is_rejected_with_a_clear_message(block, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        block(**kwargs)
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["encoder", "decoder"])
+def test_unbatched_input_is_a_batch_of_one(cross):
+    block = qkv.TransformerBlock(E, H, cross_attention=cross).double().eval()
+    x, memory = torch.randn(3, E, dtype=torch.float64), torch.randn(5, E, dtype=torch.float64)
+    memory, batched = (memory, memory[None]) if cross else (None, None)
+    torch.testing.assert_close(
+        block(x, memory, is_causal=True), block(x[None], batched, is_causal=True)[0]
+    )
+
+
 @pytest.mark.parametrize("hidden", [32, 61, 115])
 @pytest.mark.parametrize("cross", [False, True], ids=["encoder", "decoder"])
 def test_from_torch_copies_sizes_and_settings(cross, hidden):

@@ -134,6 +134,17 @@ def test_gradcheck(module):
     assert gradcheck(lambda q, k, v: module(q, k, v, mask=keep)[0], (query, keys, values))
 
 
+@pytest.mark.parametrize("score", ["general", "concat"])
+def test_luong_inputs_must_have_the_parameters_dtype(score):
+    module = qkv.LuongAttention(DK, score)
+    query, keys, values = inputs(query_dim=DK)  # float64, the module float32
+    with pytest.raises(
+        TypeError,
+        match=r"query has dtype torch.float64 but the module's parameters are torch.float32",
+    ):
+        module(query, keys, values)
+
+
 def test_parameter_counts():
     assert sum(p.numel() for p in qkv.AdditiveAttention(DQ, DK, HIDDEN).parameters()) == (
         DQ * HIDDEN + DK * HIDDEN + HIDDEN + HIDDEN
@@ -194,7 +205,37 @@ def test_parameter_counts():
                 torch.ones(B, L, S, dtype=torch.bool),
             ),
             ValueError,
-            r"mask of shape \(2, 3, 5\) does not broadcast to keys' \(B, S\) \(2, 5\)",
+            r"mask must be \(B, S\), one entry per key of keys \(2, 5, 6\), got shape \(2, 3, 5\)",
+        ),
+        (
+            (
+                torch.randn(B, L, DQ),
+                torch.randn(B, S, DK),
+                torch.randn(B, S, DV),
+                torch.ones(S, dtype=torch.bool),
+            ),
+            ValueError,
+            r"mask must be \(B, S\), one entry per key of keys \(2, 5, 6\), got shape \(5,\)",
+        ),
+        (
+            (
+                torch.randn(B, L, DQ),
+                torch.randn(B, S, DK),
+                torch.randn(B, S, DV),
+                torch.ones(B, 3, dtype=torch.bool),
+            ),
+            ValueError,
+            r"mask of shape \(2, 3\) does not broadcast to keys' \(B, S\) \(2, 5\)",
+        ),
+        (
+            (
+                torch.randn(B, L, DQ),
+                torch.randn(B, S, DK),
+                torch.randn(B, S, DV),
+                torch.tensor(True),
+            ),
+            ValueError,
+            r"mask must be \(B, S\), .* got shape \(\)",
         ),
         (
             (
@@ -206,6 +247,22 @@ def test_parameter_counts():
             ValueError,
             r"mask is on meta but query is on cpu",
         ),
+        (
+            tuple(
+                x.double()
+                for x in (torch.randn(B, L, DQ), torch.randn(B, S, DK), torch.randn(B, S, DV))
+            ),
+            TypeError,
+            r"query has dtype torch.float64 but the module's parameters are torch.float32",
+        ),
+        (
+            tuple(
+                x.to("meta")
+                for x in (torch.randn(B, L, DQ), torch.randn(B, S, DK), torch.randn(B, S, DV))
+            ),
+            ValueError,
+            r"query is on meta but the module's parameters are on cpu",
+        ),
     ],
     ids=[
         "values-length",
@@ -215,8 +272,13 @@ def test_parameter_counts():
         "rank",
         "dtype",
         "mask-dtype",
+        "mask-3d",
+        "mask-1d",
         "mask-shape",
+        "mask-0d",
         "mask-device",
+        "module-dtype",
+        "module-device",
     ],
 )
 def test_bad_input_is_rejected_with_a_clear_message(args, error, message):

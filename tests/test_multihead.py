@@ -144,6 +144,83 @@ def test_one_dimensional_attn_mask_is_refused_like_torch(need_weights):
         ours(x, attn_mask=~hide, need_weights=need_weights)
 
 
+@pytest.mark.parametrize(
+    ("query_shape", "ignore", "torch_message", "message"),
+    [
+        (
+            (2, 3, 8),
+            torch.tensor([False, False, True]),  # (S,) for a batched query
+            "For batched .* to be `None` or 2-D but found 1-D",
+            r"key_padding_mask must be \(B, S\), one entry per key of key \(2, 3, 8\), got shape \(3,\)",
+        ),
+        (
+            (3, 8),
+            torch.tensor([[False, False, True]]),  # (1, S) for an unbatched query
+            "For unbatched .* to be `None` or 1-D but found 2-D",
+            r"key_padding_mask must be \(S,\), one entry per key of key \(3, 8\), got shape \(1, 3\)",
+        ),
+    ],
+    ids=["1-d-for-batched", "2-d-for-unbatched"],
+)
+def test_key_padding_mask_of_another_rank_is_refused_like_torch(
+    query_shape, ignore, torch_message, message
+):
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x = torch.randn(query_shape)
+    with pytest.raises(AssertionError, match=torch_message):
+        theirs(x, x, x, key_padding_mask=ignore)
+    with pytest.raises(ValueError, match=message):
+        ours(x, key_padding_mask=ignore)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("padding", [False, True], ids=["alone", "with-padding"])
+@pytest.mark.parametrize("is_causal", [True, "top_left", "bottom_right"])
+@pytest.mark.parametrize(("q_len", "k_len"), [(3, 5), (5, 3)])
+def test_causal_alignments_match_torch(q_len, k_len, is_causal, padding, need_weights):
+    theirs = torch.nn.MultiheadAttention(
+        8, 2, kdim=6, vdim=6, batch_first=True, dtype=torch.float64
+    )
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x = torch.randn(2, q_len, 8, dtype=torch.float64)
+    memory = torch.randn(2, k_len, 6, dtype=torch.float64)
+    # query i sees keys j <= i + offset; torch's bool mask is True = may NOT attend
+    offset = k_len - q_len if is_causal == "bottom_right" else 0
+    hide = torch.ones(q_len, k_len, dtype=torch.bool).triu(offset + 1)  # (L, S)
+    ignore = torch.zeros(2, k_len, dtype=torch.bool)
+    ignore[1, -1] = True  # the second sequence's last key is padding
+    ignore = ignore if padding else None
+    expected, expected_weights = theirs(
+        x, memory, memory, attn_mask=hide, key_padding_mask=ignore, average_attn_weights=False
+    )
+    result = ours(
+        x, memory, is_causal=is_causal, key_padding_mask=ignore, need_weights=need_weights
+    )
+    out = result[0] if need_weights else result
+    answered = ~expected.isnan().any(-1)  # (B, L): torch gives NaN where a query may attend nothing
+    torch.testing.assert_close(out[answered], expected[answered])
+    torch.testing.assert_close(  # zeros before out_proj leave its bias
+        out[~answered], theirs.out_proj.bias.expand_as(out[~answered])
+    )
+    if need_weights:
+        weights = result[1].transpose(-3, -2)  # (B, H, L, S) -> (B, L, H, S)
+        torch.testing.assert_close(weights[answered], expected_weights.transpose(-3, -2)[answered])
+        assert weights[~answered].eq(0).all()
+
+
+@pytest.mark.parametrize("is_causal", [True, "bottom_right"])
+def test_a_cache_aligns_is_causal_bottom_right(is_causal):
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
+    ours = qkv.MultiHeadAttention.from_torch(theirs)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    hide = torch.ones(5, 5, dtype=torch.bool).triu(1)  # torch's True = may NOT attend
+    expected, _ = theirs(x, x, x, attn_mask=hide)
+    cache = qkv.KVCache()
+    chunks = [ours(x[:, a:b], is_causal=is_causal, cache=cache) for a, b in ((0, 2), (2, 5))]
+    torch.testing.assert_close(torch.cat(chunks, dim=1), expected)
+
+
 def test_is_causal_alone_builds_the_mask_that_torch_needs():
     theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
     ours = qkv.MultiHeadAttention.from_torch(theirs)
@@ -229,6 +306,11 @@ def test_from_torch_keeps_training_mode_dtype_and_dims():
         (lambda: qkv.MultiHeadAttention(8, 2, vdim=-1), ValueError, r"vdim must be positive"),
         (lambda: qkv.MultiHeadAttention(8, "2"), TypeError, r"num_heads must be an int, got str"),
         (
+            lambda: qkv.MultiHeadAttention(8, 2, bias="no"),
+            TypeError,
+            r"bias must be a bool, got str",
+        ),
+        (
             lambda: qkv.MultiHeadAttention(8, 2, dropout=2.0),
             ValueError,
             r"dropout must lie in \[0, 1\]",
@@ -262,6 +344,7 @@ def test_from_torch_keeps_training_mode_dtype_and_dims():
         "kdim-0",
         "vdim-negative",
         "heads-str",
+        "bias-str",
         "dropout",
         "dropout-str",
         "not-mha",
@@ -276,6 +359,8 @@ def test_bad_construction_is_rejected(make, error, message):
 
 MHA = qkv.MultiHeadAttention(8, 2, kdim=6)
 X, MEMORY, VALUE = torch.randn(2, 3, 8), torch.randn(2, 5, 6), torch.randn(2, 5, 8)
+OTHER_HEADS = qkv.KVCache()  # what a module of 4 heads of 2 features cached
+OTHER_HEADS.update(torch.randn(2, 4, 1, 2), torch.randn(2, 4, 1, 2))
 BAD_CALLS = {
     "1-d query": (
         {"query": torch.randn(8), "key": MEMORY},
@@ -312,6 +397,66 @@ BAD_CALLS = {
         TypeError,
         r"query and key disagree on dtype",
     ),
+    "query dtype, module's": (
+        {"query": X.double(), "key": MEMORY.double(), "value": VALUE.double()},
+        TypeError,
+        r"query has dtype torch.float64 but the module's parameters are torch.float32",
+    ),
+    "query device, module's": (
+        {"query": X.to("meta"), "key": MEMORY.to("meta"), "value": VALUE.to("meta")},
+        ValueError,
+        r"query is on meta but the module's parameters are on cpu",
+    ),
+    "is_causal unknown": (
+        {"query": X, "key": MEMORY, "is_causal": "bottom-right"},
+        ValueError,
+        r"is_causal must be False, True or one of \('top_left', 'bottom_right'\), got 'bottom-right'",
+    ),
+    "is_causal unknown, with weights": (
+        {"query": X, "key": MEMORY, "is_causal": "diagonal", "need_weights": True},
+        ValueError,
+        r"is_causal must be False, True or one of .* got 'diagonal'",
+    ),
+    "is_causal unknown, with padding": (
+        {
+            "query": X,
+            "key": MEMORY,
+            "is_causal": "diagonal",
+            "key_padding_mask": torch.zeros(2, 5, dtype=torch.bool),
+        },
+        ValueError,
+        r"is_causal must be False, True or one of .* got 'diagonal'",
+    ),
+    "is_causal int": (
+        {"query": X, "key": MEMORY, "is_causal": 1},
+        TypeError,
+        r"is_causal must be a bool or one of \('top_left', 'bottom_right'\), got int",
+    ),
+    "need_weights str": (
+        {"query": X, "key": MEMORY, "need_weights": "no"},
+        TypeError,
+        r"need_weights must be a bool, got str",
+    ),
+    "cache type": (
+        {"query": X, "key": MEMORY, "cache": []},
+        TypeError,
+        r"cache must be a qkv.KVCache or None, got list",
+    ),
+    "cache, unbatched query": (
+        {"query": X[0], "key": MEMORY[0], "cache": qkv.KVCache()},
+        ValueError,
+        r"a cache takes batched input only: query must be \(B, L, E\), got shape \(3, 8\)",
+    ),
+    "cache, top-left": (
+        {"query": X, "key": MEMORY, "cache": qkv.KVCache(), "is_causal": "top_left"},
+        ValueError,
+        r"with a cache, is_causal aligns bottom-right .* not 'top_left'",
+    ),
+    "cache of other heads": (
+        {"query": X, "key": MEMORY, "cache": OTHER_HEADS},
+        ValueError,
+        r"cache holds keys \(2, 4, 1, 2\) \(B, H, T, E/H\), but this call's are \(2, 2, ., 4\)",
+    ),
     "padding dtype": (
         {"query": X, "key": MEMORY, "key_padding_mask": torch.zeros(2, 5, dtype=torch.long)},
         TypeError,
@@ -326,6 +471,11 @@ BAD_CALLS = {
         {"query": X, "key": MEMORY, "key_padding_mask": torch.zeros(2, 3, dtype=torch.bool)},
         ValueError,
         r"key_padding_mask of shape \(2, 3\) does not broadcast to key's \(B, S\) \(2, 5\)",
+    ),
+    "padding 0-d": (
+        {"query": X, "key": MEMORY, "key_padding_mask": torch.tensor(False)},
+        ValueError,
+        r"key_padding_mask must be \(B, S\), .* got shape \(\)",
     ),
     "padding device": (
         {"query": X, "key": MEMORY, "key_padding_mask": torch.zeros(2, 5, device="meta")},

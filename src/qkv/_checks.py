@@ -3,7 +3,7 @@
 from numbers import Real
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def shape(x: Tensor) -> tuple[int, ...]:
@@ -190,3 +190,44 @@ def check_batch_first(
             f"{q_name} and {k_name} disagree on the batch size: "
             f"{q_name} {shape(query)} vs {k_name} {shape(key)}"
         )
+
+
+def check_module_input(name: str, x: Tensor, module: nn.Module) -> None:
+    """Raise unless `x` has the dtype and device of `module`'s parameters (a module without any takes all)."""
+    parameter = next(module.parameters(), None)
+    if parameter is None:
+        return
+    if x.dtype != parameter.dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the module's parameters are {parameter.dtype}: "
+            f"cast one to the other (module.to({x.dtype}) or {name}.to({parameter.dtype}))"
+        )
+    if x.device != parameter.device:
+        raise ValueError(
+            f"{name} is on {x.device} but the module's parameters are on {parameter.device}"
+        )
+
+
+def check_key_mask(
+    name: str,
+    mask: object,
+    query: Tensor,
+    key: Tensor,
+    meaning: str = "True = may attend",
+    key_name: str = "key",
+) -> None:
+    """Raise unless `mask` holds one flag or bias per key: `(B, S)` as `key (B, S, ·)` (`(S,)` unbatched).
+
+    A dimension of size 1 broadcasts; the rank must be the key's, as in `torch.nn.MultiheadAttention`, so that a
+    `(S,)` mask is never read against a batch. `meaning` says what True means.
+    """
+    check_mask(name, mask, query, meaning)
+    keys = tuple(key.shape[:-1])  # (B, S), or (S,) unbatched
+    layout = "(B, S)" if len(keys) == 2 else "(S,)"
+    if mask.dim() != len(keys):
+        raise ValueError(
+            f"{name} must be {layout}, one entry per key of {key_name} {shape(key)}, "
+            f"got shape {shape(mask)}"
+        )
+    whose = f"{key_name}'" if key_name.endswith("s") else f"{key_name}'s"
+    check_broadcast(name, mask, keys, f"{whose} {layout}")

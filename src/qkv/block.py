@@ -7,10 +7,22 @@
 Pre-LN (normalise before each sub-layer) trains more stably than the original post-LN (Xiong et al., 2020).
 """
 
+import math
+from numbers import Real
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from qkv._checks import (
+    check_batch_first,
+    check_bool,
+    check_key_mask,
+    check_module_input,
+    check_probability,
+    check_sizes,
+)
 from qkv.cache import KVCache
+from qkv.kernels.contract import Causal
 from qkv.multihead import MultiHeadAttention
 
 TorchLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
@@ -27,7 +39,10 @@ class TransformerBlock(nn.Module):
         cross_attention: add a cross-attention layer that attends over `memory` (a decoder block).
 
     Raises:
-        ValueError: `num_heads` does not divide `embed_dim`, or `mlp_ratio` leaves no hidden unit.
+        TypeError: a size that is not an int, an `mlp_ratio` or `dropout` that is not a number, or a
+            `cross_attention` that is not a bool.
+        ValueError: a size that is not positive, `num_heads` does not divide `embed_dim`, an `mlp_ratio`
+            that is not finite or leaves no hidden unit, or a `dropout` outside [0, 1].
     """
 
     def __init__(
@@ -39,11 +54,10 @@ class TransformerBlock(nn.Module):
         cross_attention: bool = False,
     ) -> None:
         super().__init__()
-        hidden = round(embed_dim * mlp_ratio)
-        if hidden < 1:
-            raise ValueError(
-                f"mlp_ratio {mlp_ratio} leaves the MLP no hidden unit with embed_dim {embed_dim}"
-            )
+        check_sizes(embed_dim=embed_dim, num_heads=num_heads)
+        hidden = _hidden_width(embed_dim, mlp_ratio)
+        check_probability("dropout", dropout)
+        check_bool("cross_attention", cross_attention)
         self.attn_norm = nn.LayerNorm(embed_dim)
         self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
         self.cross_norm = nn.LayerNorm(embed_dim) if cross_attention else None
@@ -66,7 +80,7 @@ class TransformerBlock(nn.Module):
         memory: Tensor | None = None,
         *,
         attn_mask: Tensor | None = None,
-        is_causal: bool = False,
+        is_causal: Causal = False,
         key_padding_mask: Tensor | None = None,
         memory_key_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
@@ -74,12 +88,14 @@ class TransformerBlock(nn.Module):
         """Run the block.
 
         Args:
-            x: `(B, L, E)`.
+            x: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape here), of the block's dtype and
+                device.
             memory: `(B, S, E)`, what cross-attention attends over (required with `cross_attention`).
             attn_mask: self-attention mask, bool (True = may attend) or float, broadcastable to `(B, H, L, L)`.
-            is_causal: causal self-attention.
-            key_padding_mask: bool `(B, L)`, True = ignore this position of `x`.
-            memory_key_padding_mask: bool `(B, S)`, True = ignore this position of `memory`.
+            is_causal: causal self-attention: False, True, `"top_left"` or `"bottom_right"`, as
+                `MultiHeadAttention` takes it.
+            key_padding_mask: `(B, L)`, bool (True = ignore this position of `x`) or float (added).
+            memory_key_padding_mask: `(B, S)`, bool (True = ignore this position of `memory`) or float (added).
             cache: the self-attention's `KVCache` when decoding: `x` holds only the new tokens, which attend
                 over the cached ones and themselves (`is_causal` aligned bottom-right; no `attn_mask` or
                 `key_padding_mask` with it).
@@ -88,12 +104,10 @@ class TransformerBlock(nn.Module):
             `(B, L, E)`.
 
         Raises:
-            ValueError: `memory` given without cross-attention, or missing with it.
+            TypeError, ValueError: `x`, `memory` or a mask of the wrong type, dtype, shape or device;
+                `memory` given without cross-attention, or missing with it.
         """
-        if (memory is None) != (self.cross_attn is None):
-            raise ValueError(
-                "pass memory exactly when the block was built with cross_attention=True"
-            )
+        self._check(x, memory, memory_key_padding_mask)
         x = x + self.residual_dropout(
             self.self_attn(
                 self.attn_norm(x),
@@ -112,6 +126,33 @@ class TransformerBlock(nn.Module):
         return x + self.residual_dropout(self.mlp(self.mlp_norm(x)))
 
     # --8<-- [end:forward]
+
+    def _check(
+        self, x: Tensor, memory: Tensor | None, memory_key_padding_mask: Tensor | None
+    ) -> None:
+        """Raise unless `x (B, L, E)` and `memory (B, S, E)` fit the block; the sub-layers check the rest."""
+        if (memory is None) != (self.cross_attn is None):
+            raise ValueError(
+                "pass memory exactly when the block was built with cross_attention=True"
+            )
+        if memory_key_padding_mask is not None and memory is None:
+            raise ValueError(
+                "memory_key_padding_mask needs memory (a block with cross_attention=True)"
+            )
+        # what x must agree with on batch, dtype and device: memory, or x itself without one
+        context = x if memory is None else memory
+        widths = (self.self_attn.embed_dim,) * 3  # E
+        check_batch_first(("x", "memory", "memory"), (x, context, context), widths, unbatched=True)
+        check_module_input("x", x, self)
+        if memory_key_padding_mask is not None:
+            check_key_mask(
+                "memory_key_padding_mask",
+                memory_key_padding_mask,
+                x,
+                memory,
+                "True = ignore",
+                "memory",
+            )
 
     @classmethod
     def from_torch(cls, layer: TorchLayer) -> "TransformerBlock":
@@ -167,3 +208,17 @@ class TransformerBlock(nn.Module):
         block.mlp[0].load_state_dict(layer.linear1.state_dict())
         block.mlp[3].load_state_dict(layer.linear2.state_dict())
         return block.train(layer.training)
+
+
+def _hidden_width(embed_dim: int, mlp_ratio: object) -> int:
+    """The MLP's hidden width, `round(embed_dim * mlp_ratio)`: raise unless it is a finite number of units."""
+    if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, Real):
+        raise TypeError(f"mlp_ratio must be a number, got {type(mlp_ratio).__name__}")
+    if not math.isfinite(mlp_ratio):
+        raise ValueError(f"mlp_ratio must be finite, got {mlp_ratio}")
+    hidden = round(embed_dim * mlp_ratio)
+    if hidden < 1:
+        raise ValueError(
+            f"mlp_ratio {mlp_ratio} leaves the MLP no hidden unit with embed_dim {embed_dim}"
+        )
+    return hidden

@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_batch_first, check_broadcast, check_mask, check_sizes
+from qkv._checks import check_batch_first, check_key_mask, check_module_input, check_sizes
 from qkv.functional import safe_softmax
 
 
@@ -30,22 +30,24 @@ class _PairScoring(nn.Module):
         """Attend from each query over the keys.
 
         Args:
-            query: `(B, L, Dq)`.
+            query: `(B, L, Dq)`, of the module's dtype and device (any, for a module without parameters).
             keys: `(B, S, Dk)`.
             values: `(B, S, Dv)`.
-            mask: `(B, S)`, bool (True = may attend) or float (added to the scores).
+            mask: `(B, S)`, bool (True = may attend) or float (added to the scores); a dimension of size 1
+                broadcasts.
 
         Returns:
             `(context (B, L, Dv), weights (B, L, S))`; a query with no allowed key gets zeros in both.
 
         Raises:
-            TypeError, ValueError: inputs or mask of the wrong type or shape.
+            TypeError: inputs or mask of the wrong type or dtype (the inputs' must be the parameters').
+            ValueError: inputs or mask of the wrong shape or device.
         """
         features = (self.query_dim, self.key_dim, None)
         check_batch_first(("query", "keys", "values"), (query, keys, values), features)
+        check_module_input("query", query, self)
         if mask is not None:
-            check_mask("mask", mask, query)
-            check_broadcast("mask", mask, keys.shape[:-1], "keys' (B, S)")
+            check_key_mask("mask", mask, query, keys, key_name="keys")
             mask = mask[..., None, :]  # (B, S) -> (B, 1, S)
         scores = self.scores(query, keys)  # (B, L, S)
         if mask is not None and mask.dtype == torch.bool:

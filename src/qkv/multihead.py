@@ -13,8 +13,11 @@ from torch import Tensor, nn
 
 from qkv._checks import (
     check_batch_first,
+    check_bool,
     check_broadcast,
+    check_key_mask,
     check_mask,
+    check_module_input,
     check_probability,
     check_sizes,
     shape,
@@ -22,6 +25,7 @@ from qkv._checks import (
 from qkv.cache import KVCache
 from qkv.dispatch import _attention
 from qkv.functional import _attention_weights
+from qkv.kernels.contract import Causal, alignment
 from qkv.masks import causal_mask, keep_to_additive
 
 
@@ -33,7 +37,8 @@ class MultiHeadAttention(nn.Module):
 
     - a bool `attn_mask` means True = MAY ATTEND, as in `scaled_dot_product_attention` (torch's module: True =
       may not attend); `key_padding_mask` keeps torch's True = ignore;
-    - `is_causal=True` without a mask builds the causal mask itself (torch's flag is a hint that needs the mask);
+    - `is_causal=True` without a mask builds the causal mask itself (torch's flag is a hint that needs the mask),
+      and `is_causal="bottom_right"` aligns it on the last key;
     - a query with no key to attend gets zeros before `out_proj` (torch's module gives NaN);
     - it returns the output alone, or with `need_weights=True` the output and every head's weights
       `(B, H, L, S)` (torch returns a pair, the weights averaged over the heads by default).
@@ -47,7 +52,7 @@ class MultiHeadAttention(nn.Module):
         vdim: features of `value` (E when None).
 
     Raises:
-        TypeError: a size that is not an int.
+        TypeError: a size that is not an int, or a `bias` that is not a bool.
         ValueError: `embed_dim` not divisible by `num_heads`, or a size that is not positive.
     """
 
@@ -72,6 +77,7 @@ class MultiHeadAttention(nn.Module):
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
             )
         check_probability("dropout", dropout)
+        check_bool("bias", bias)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -90,34 +96,40 @@ class MultiHeadAttention(nn.Module):
         *,
         key_padding_mask: Tensor | None = None,
         attn_mask: Tensor | None = None,
-        is_causal: bool = False,
+        is_causal: Causal = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from `query` over `key` and `value` (self-attention when they are left out).
 
         Args:
-            query: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape here).
+            query: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape here), of the module's dtype
+                and device.
             key: `(B, S, kdim)`; `query` when None.
             value: `(B, S, vdim)`; `key` when None.
-            key_padding_mask: `(B, S)`, bool (True = IGNORE this key) or float (added to the scores).
+            key_padding_mask: `(B, S)` (`(S,)` unbatched), bool (True = IGNORE this key) or float (added to
+                the scores); a dimension of size 1 broadcasts.
             attn_mask: bool (True = MAY ATTEND) or float (added): `(L, S)`, `(B*H, L, S)` (one per head)
                 or `(B, H, L, S)`; a dimension of size 1 broadcasts.
-            is_causal: query `i` attends keys `j <= i` only (top-left aligned when `L != S`); needs no mask.
+            is_causal: False; True or `"top_left"` lets query `i` attend keys `j <= i` (torch's `is_causal`);
+                `"bottom_right"` keys `j <= i + S - L` (the last query sees every key). Needs no mask.
             need_weights: also return every head's attention weights (before dropout).
-            cache: a `KVCache` for decoding: this call's keys and values are appended to it and the queries
-                attend over all of them; `is_causal` is then bottom-right aligned. No other mask with it.
+            cache: a `KVCache` for decoding, with a batched `query`: this call's keys and values are appended
+                to it and the queries attend over all of them; `is_causal` (True or `"bottom_right"`) is then
+                bottom-right aligned. No other mask with it.
 
         Returns:
             `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`.
 
         Raises:
-            TypeError, ValueError: inputs or masks of the wrong type or shape.
+            TypeError: inputs or masks of the wrong type or dtype (the inputs' must be the parameters').
+            ValueError: inputs or masks of the wrong shape or device, an unknown `is_causal`, or a cache that
+                does not fit.
         """
         key = query if key is None else key
         value = key if value is None else value
         mask, is_causal = self._mask(
-            query, key, value, key_padding_mask, attn_mask, is_causal, cache
+            query, key, value, key_padding_mask, attn_mask, is_causal, need_weights, cache
         )
         dropout_p = self.dropout if self.training else 0.0
 
@@ -155,7 +167,8 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         key_padding_mask: Tensor | None,
         attn_mask: Tensor | None,
-        is_causal: bool,
+        is_causal: Causal,
+        need_weights: bool,
         cache: KVCache | None = None,
     ) -> tuple[Tensor | None, bool]:
         """Check the inputs; fold the masks given into one, bool (True = may attend) or float (added).
@@ -165,36 +178,65 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             The mask, broadcastable to the scores `(B, H, L, S)` (None when nothing is masked), and whether
-            `is_causal` is left for the backend (when there is no mask to fold it into).
+            a top-left causal mask is left for the backend (when there is no other mask to fold it into).
         """
         features = (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features)
         check_batch_first(("query", "key", "value"), (query, key, value), features, unbatched=True)
+        check_module_input("query", query, self)
+        aligned = alignment(is_causal, "is_causal")
+        check_bool("need_weights", need_weights)
+        keys = key.size(-2)  # S
         if cache is not None:
-            if key_padding_mask is not None or attn_mask is not None:
-                raise ValueError(
-                    "with a cache, pass no key_padding_mask or attn_mask (only is_causal)"
-                )
-            if not is_causal:
-                return None, False
-            keys = len(cache) + key.size(-2)  # S: cached and new
-            mask = causal_mask(query.size(-2), keys, device=query.device, alignment="bottom_right")
-            return mask, False
+            self._check_cache(cache, query, key_padding_mask, attn_mask, is_causal)
+            keys += len(cache)  # S: cached and new
+            aligned = None if aligned is None else "bottom_right"
         masks = []
         if key_padding_mask is not None:
-            check_mask("key_padding_mask", key_padding_mask, query, "True = ignore")
-            check_broadcast("key_padding_mask", key_padding_mask, key.shape[:-1], "key's (B, S)")
+            check_key_mask("key_padding_mask", key_padding_mask, query, key, "True = ignore")
             padding = key_padding_mask[..., None, None, :]  # (B, S) -> (B, 1, 1, S)
             masks.append(~padding if padding.dtype == torch.bool else padding)
         if attn_mask is not None:
             masks.append(self._per_head(attn_mask, query, key))
+        if aligned == "top_left" and not masks:
+            return None, True
+        if aligned is not None:
+            masks.append(causal_mask(query.size(-2), keys, device=query.device, alignment=aligned))
         if not masks:
-            return None, is_causal
-        if is_causal:
-            masks.append(causal_mask(query.size(-2), key.size(-2), device=query.device))
+            return None, False
         if all(m.dtype == torch.bool for m in masks):
             return reduce(torch.logical_and, masks), False
         additive = [keep_to_additive(m, query.dtype) if m.dtype == torch.bool else m for m in masks]
         return reduce(torch.add, additive), False
+
+    def _check_cache(
+        self,
+        cache: object,
+        query: Tensor,
+        key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: Causal,
+    ) -> None:
+        """Raise unless `cache` is a `KVCache` that this call's batched keys `(B, H, ., E/H)` can extend."""
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a qkv.KVCache or None, got {type(cache).__name__}")
+        if query.dim() != 3:
+            raise ValueError(
+                f"a cache takes batched input only: query must be (B, L, E), got shape {shape(query)}"
+            )
+        if key_padding_mask is not None or attn_mask is not None:
+            raise ValueError("with a cache, pass no key_padding_mask or attn_mask (only is_causal)")
+        if is_causal == "top_left":
+            raise ValueError(
+                "with a cache, is_causal aligns bottom-right (the last query sees every key): "
+                "pass True or 'bottom_right', not 'top_left'"
+            )
+        held = cache.key  # (B, H, T, E/H), None while empty
+        ours = (query.size(0), self.num_heads, self.head_dim)  # (B, H, E/H)
+        if held is not None and (held.size(0), held.size(1), held.size(-1)) != ours:
+            raise ValueError(
+                f"cache holds keys {shape(held)} (B, H, T, E/H), but this call's are "
+                f"({ours[0]}, {ours[1]}, ., {ours[2]})"
+            )
 
     def _per_head(self, attn_mask: Tensor, query: Tensor, key: Tensor) -> Tensor:
         """Check `attn_mask` and shape it for the scores: a per-head `(B*H, L, S)` becomes `(B, H, L, S)`."""
