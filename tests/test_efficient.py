@@ -1,6 +1,8 @@
 """Efficient attention: every exact method equals masked dense attention, every approximation its own formula."""
 
 import itertools
+import math
+from functools import partial
 
 import pytest
 import torch
@@ -50,6 +52,14 @@ def test_sliding_window_attention_rejects_cross_attention_and_bad_window():
     q, k, v = qkv_inputs(1, q_len=4)
     with pytest.raises(ValueError, match="window must be positive"):
         qkv.sliding_window_attention(q, k, v, 0)
+
+
+@pytest.mark.parametrize(("n", "e", "ev"), [(0, 8, 6), (5, 0, 6), (5, 8, 0)])
+def test_sliding_window_attention_empty_sizes_follow_torch(n, e, ev):
+    q, k, v = qkv_inputs(2, q_len=n, e=e, ev=ev)
+    mask = qkv.sliding_window_mask(n, window=3)
+    expected = reference_attention(q, k, v, attn_mask=mask)  # E = 0: scores of 0, a masked mean
+    torch.testing.assert_close(qkv.sliding_window_attention(q, k, v, 3), expected)
 
 
 # --- sparse patterns ----------------------------------------------------------------------------------------
@@ -144,6 +154,15 @@ def test_block_sparse_attention_cross_attention_and_empty_rows():
     assert (out[..., 4, :] == 0).all()
 
 
+@pytest.mark.parametrize(("q_len", "k_len", "e"), [(0, 5, 8), (5, 0, 8), (0, 0, 8), (5, 7, 0)])
+def test_block_sparse_attention_empty_sizes_follow_torch(q_len, k_len, e):
+    q, k, v = qkv_inputs(2, q_len=q_len, k_len=k_len, e=e)
+    mask = torch.rand(q_len, k_len) > 0.3
+    torch.testing.assert_close(
+        qkv.block_sparse_attention(q, k, v, mask, 2), reference_attention(q, k, v, attn_mask=mask)
+    )
+
+
 def test_block_layout_skips_empty_tiles():
     mask = qkv.sparse_mask("longformer", 64, 4)  # a band: only tiles on and beside the diagonal
     layout = qkv.block_layout(mask, 16)
@@ -202,12 +221,25 @@ def test_axial_attention_rejects_unknown_axis_and_grids_that_differ():
         qkv.axial_attention(q, k[:, :2], v, "row")
 
 
+def test_axial_attention_reports_the_grids_as_given():
+    q, k, v = torch.randn(2, 2, 3, 4), torch.randn(3, 2, 3, 4), torch.randn(3, 2, 3, 4)
+    with pytest.raises(
+        ValueError, match=r"do not broadcast: query \(2, 2, 3, 4\), key \(3, 2, 3, 4\)"
+    ):
+        qkv.axial_attention(q, k, v, "column")  # not the transposed (..., C, R, E)
+
+
 # --- linear attention ---------------------------------------------------------------------------------------
+
+
+def elu_plus_one(x):
+    """`elu(x) + 1` by its two branches: `x + 1` above 0, `exp(x)` below."""
+    return torch.where(x > 0, x + 1, torch.exp(x))
 
 
 def quadratic_linear_attention(q, k, v, causal):
     """The quadratic form written out here, independently of the package: phi(q) phi(k)^T, masked, row-normalised."""
-    similarity = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)
+    similarity = elu_plus_one(q) @ elu_plus_one(k).transpose(-2, -1)
     if causal:
         similarity = similarity.tril()
     return similarity / similarity.sum(-1, keepdim=True) @ v
@@ -262,6 +294,52 @@ def test_linear_attention_rejects_unknown_feature_map_and_causal_cross_attention
         qkv.linear_attention(q, k[..., :3], v)
 
 
+@pytest.mark.parametrize(
+    ("causal", "q_len", "k_len"), [(False, 0, 0), (False, 0, 5), (False, 5, 0), (True, 0, 0)]
+)
+def test_linear_attention_empty_sequences_follow_torch(causal, q_len, k_len):
+    q, k, v = qkv_inputs(2, q_len=q_len, k_len=k_len)
+    out = qkv.linear_attention(q, k, v, causal)
+    torch.testing.assert_close(out, reference_attention(q, k, v, is_causal=causal))  # S = 0: zeros
+    weights = qkv.linear_attention_weights(q, k, causal)
+    assert weights.shape == (2, q_len, k_len)
+
+
+@pytest.mark.parametrize("function", ["linear_attention", "linear_attention_weights"])
+def test_linear_attention_refuses_zero_features(function):
+    q, k, v = qkv_inputs(2, q_len=5, e=0)
+    inputs = (q, k, v) if function == "linear_attention" else (q, k)
+    with pytest.raises(ValueError, match=r"E >= 1.*query \(2, 5, 0\)"):
+        getattr(qkv, function)(*inputs)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_refuses_a_normaliser_lost_to_underflow(causal):
+    q, k, v = qkv_inputs(1, q_len=4, dtype=torch.float32)
+    q[0, 3] = -200.0  # elu(x) + 1 = exp(-200): 0 in float32 for every feature, so 0 / 0
+    with pytest.raises(ValueError, match="normaliser"):
+        qkv.linear_attention(q, k, v, causal)
+    with pytest.raises(ValueError, match="normaliser"):
+        qkv.linear_attention_weights(q, k, causal)
+    # float64 reaches exp(-200)
+    out = qkv.linear_attention(q.double(), k.double(), v.double(), causal)
+    expected = quadratic_linear_attention(q.double(), k.double(), v.double(), causal)
+    torch.testing.assert_close(out, expected)
+
+
+def test_elu_feature_map_keeps_its_digits_far_below_zero():
+    x = torch.tensor([-90.0, -50.0, -20.0, -3.0, 0.0, 2.0])
+    expected = torch.tensor([math.exp(-90), math.exp(-50), math.exp(-20), math.exp(-3), 1.0, 3.0])
+    # relative only: elu(x) + 1 rounds to 0 from about -17 in float32
+    torch.testing.assert_close(elu_feature_map(x), expected, rtol=1e-5, atol=0)
+
+
+def test_linear_attention_refuses_features_that_are_not_positive():
+    q, k, v = torch.ones(1, 2, 2), torch.tensor([[[1.0, 0.0], [-1.0, 0.0]]]), torch.randn(1, 2, 3)
+    with pytest.raises(ValueError, match="normaliser"):  # phi(q) . (phi(k_1) + phi(k_2)) = 0
+        qkv.linear_attention(q, k, v, feature_map=lambda x: x)
+
+
 # --- Performer ----------------------------------------------------------------------------------------------
 
 
@@ -277,6 +355,56 @@ def test_performer_features_estimate_the_softmax_kernel(orthogonal):
     exact = torch.exp(q @ k.T / 4)
     ratio = estimate / exact
     torch.testing.assert_close(ratio / ratio.mean(), torch.ones_like(ratio), atol=0.1, rtol=0)
+
+
+def unstabilised_performer(features, x):
+    """FAVOR+'s features in float64 straight from the formula, with no constant subtracted."""
+    x = x.double() * x.size(-1) ** -0.25
+    exponent = x @ features.projection.double().T - (x * x).sum(dim=-1, keepdim=True) / 2
+    return torch.exp(exponent) / features.projection.size(0) ** 0.5
+
+
+def test_performer_stabilisers_are_the_constants_that_cancel():
+    features = qkv.PerformerFeatures(8, 32, generator=torch.Generator().manual_seed(1_000))
+    x = torch.randn(2, 3, 10, 8, dtype=torch.float64)
+    exact = unstabilised_performer(features, x)
+    per_sequence = features(x) / exact  # keys: one factor per sequence (B, H)
+    torch.testing.assert_close(per_sequence, per_sequence[..., :1, :1].expand_as(per_sequence))
+    per_row = features(x, query=True) / exact  # queries: one factor per row
+    torch.testing.assert_close(per_row, per_row[..., :1].expand_as(per_row))
+    assert not torch.allclose(per_row, per_row[..., :1, :1].expand_as(per_row))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("std", [3, 4])
+def test_performer_stays_finite_on_inputs_of_large_norm(std, causal):
+    features = qkv.PerformerFeatures(64, 128, generator=torch.Generator().manual_seed(1_000))
+    q, k, v = qkv_inputs(1, 2, q_len=32, e=64, ev=8, dtype=torch.float32)
+    q, k = std * q, std * k
+    similarity = unstabilised_performer(features, q) @ unstabilised_performer(features, k).mT
+    if causal:
+        similarity = similarity.tril()
+    weights = similarity / similarity.sum(dim=-1, keepdim=True)  # the estimator as written, float64
+    assert weights.isfinite().all()  # float64's range holds these exponents, float32's does not
+    out = qkv.linear_attention(q, k, v, causal, feature_map=features, chunk_size=8)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out.double(), weights @ v.double(), atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(
+        qkv.linear_attention_weights(q, k, causal, feature_map=features).double(),
+        weights,
+        atol=1e-5,
+        rtol=1e-3,
+    )
+
+
+def test_performer_refuses_where_float32_cannot_hold_its_features():
+    features = qkv.PerformerFeatures(16, 64, generator=torch.Generator().manual_seed(1_000))
+    q, k, v = qkv_inputs(1, q_len=32, e=16, dtype=torch.float32)
+    q, k = 16 * q, 16 * k
+    with pytest.raises(ValueError, match="normaliser"):
+        qkv.linear_attention(q, k, v, causal=True, feature_map=features)
+    out = qkv.linear_attention(q.double(), k.double(), v.double(), True, feature_map=features)
+    assert out.isfinite().all()
 
 
 def test_orthogonal_blocks_are_orthogonal():
@@ -318,3 +446,117 @@ def test_linformer_rejects_a_projection_of_the_wrong_length():
     q, k, v = qkv_inputs(1, q_len=10, k_len=12)
     with pytest.raises(ValueError, match=r"projection must be \(K, S\) with S = 12"):
         qkv.linformer_attention(q, k, v, torch.randn(4, 10))
+
+
+# --- malformed inputs ---------------------------------------------------------------------------------------
+
+Q, K, V = torch.randn(2, 5, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 6)
+KEEP = torch.ones(5, 5, dtype=torch.bool)
+PERFORMER = qkv.PerformerFeatures(8, 16, generator=torch.Generator().manual_seed(1_000))
+
+MALFORMED = {  # what is wrong: the call, the error, what its message must say
+    "causal a str": (
+        partial(qkv.linear_attention, Q, K, V, "yes"),
+        TypeError,
+        "causal must be a bool",
+    ),
+    "causal an int": (
+        partial(qkv.linear_attention_weights, Q, K, 1),
+        TypeError,
+        "causal must be a bool",
+    ),
+    "unknown feature map": (
+        partial(qkv.linear_attention_weights, Q, K, feature_map="relu"),
+        ValueError,
+        r"feature_map must be one of \('elu',\)",
+    ),
+    "dtypes differ": (
+        partial(qkv.linear_attention, Q, K.double(), V),
+        TypeError,
+        "query and key disagree on dtype",
+    ),
+    "features of another length": (
+        partial(qkv.linear_attention, Q, K, V, feature_map=lambda x: x[..., 1:, :]),
+        ValueError,
+        r"feature_map must map .* query \(2, 5, 8\) -> \(2, 4, 8\)",
+    ),
+    "no features": (
+        partial(qkv.linear_attention, Q, K, V, feature_map=lambda x: x[..., :0]),
+        ValueError,
+        "feature_map must map .* the same M >= 1",
+    ),
+    "features in another dtype": (
+        partial(qkv.linear_attention, Q, K, V, feature_map=torch.Tensor.double),
+        TypeError,
+        "feature_map must keep the query's dtype",
+    ),
+    "Performer of another head_dim": (
+        partial(qkv.linear_attention, Q[..., :4], K[..., :4], V, feature_map=PERFORMER),
+        ValueError,
+        r"PerformerFeatures\(head_dim=8, .* got \(2, 5, 4\)",
+    ),
+    "Performer given a vector": (partial(PERFORMER, torch.randn(8)), ValueError, "x must have"),
+    "Performer given ints": (
+        partial(PERFORMER, torch.ones(3, 8, dtype=torch.int64)),
+        TypeError,
+        "x must be a floating-point tensor",
+    ),
+    "orthogonal a str": (
+        partial(qkv.PerformerFeatures, 8, 16, orthogonal="no"),
+        TypeError,
+        "orthogonal must be a bool",
+    ),
+    "generator an int": (
+        partial(qkv.PerformerFeatures, 8, 16, generator=3),
+        TypeError,
+        "generator must be a torch.Generator or None, got int",
+    ),
+    "no random features": (partial(qkv.PerformerFeatures, 8, 0), ValueError, "num_features must"),
+    "sparse_mask's generator a str": (
+        partial(qkv.sparse_mask, "bigbird", 8, 1, num_random=2, generator="7"),
+        TypeError,
+        "generator must be",
+    ),
+    "linformer's generator an int": (
+        partial(qkv.linformer_projection, 8, 2, generator=0),
+        TypeError,
+        "generator must be",
+    ),
+    "elu of a str": (partial(elu_feature_map, "x"), TypeError, "x must be a torch.Tensor"),
+    "mask on another device": (
+        partial(qkv.block_sparse_attention, Q, K, V, KEEP.to("meta")),
+        ValueError,
+        "mask is on meta but query is on cpu",
+    ),
+    "mask of another shape": (
+        partial(qkv.block_sparse_attention, Q, K, V, KEEP[:, :4]),
+        ValueError,
+        r"mask must be \(L, S\) = \(5, 5\), got \(5, 4\)",
+    ),
+    "block_size 0": (
+        partial(qkv.block_sparse_attention, Q, K, V, KEEP, 0),
+        ValueError,
+        "block_size must be positive",
+    ),
+    "value in another dtype": (
+        partial(qkv.block_sparse_attention, Q, K, V.double(), KEEP),
+        TypeError,
+        "query and value disagree on dtype",
+    ),
+    "window a bool": (
+        partial(qkv.sliding_window_attention, Q, K, V, True),
+        TypeError,
+        "window must be an int",
+    ),
+    "unknown axis": (
+        partial(qkv.axial_mask, 2, 3, "Row"),
+        ValueError,
+        r"axis must be one of \('row', 'column'\)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("call", "error", "match"), MALFORMED.values(), ids=MALFORMED)
+def test_malformed_inputs_raise_errors_that_name_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

@@ -22,7 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qkv._checks import check_attention_inputs, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_attention_inputs,
+    check_bool,
+    check_mask,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 from qkv.functional import safe_softmax, scaled_dot_product_attention
 
 Pattern = Literal["strided", "fixed", "longformer", "bigbird"]
@@ -49,7 +56,8 @@ def sliding_window_attention(query: Tensor, key: Tensor, value: Tensor, window: 
         window: how many keys each query sees, itself included (query `i` sees `i - window < j <= i`).
 
     Returns:
-        `(..., N, Ev)`, equal to `scaled_dot_product_attention(..., attn_mask=sliding_window_mask(N, window))`.
+        `(..., N, Ev)`, equal to `scaled_dot_product_attention(..., attn_mask=sliding_window_mask(N, window))`;
+        empty sizes follow it too (`N = 0`: empty; `E = 0`: every score is 0).
 
     Raises:
         TypeError, ValueError: as `qkv.scaled_dot_product_attention`; queries and keys of different lengths;
@@ -58,6 +66,8 @@ def sliding_window_attention(query: Tensor, key: Tensor, value: Tensor, window: 
     check_attention_inputs(query, key, value, None, False, None, False)
     check_sizes(window=window)
     _check_self_attention(query, key)
+    if query.size(-2) == 0:
+        return _no_attention(query, key, value)
     dtype = torch.promote_types(query.dtype, torch.float32)
     return _sliding_window(query.to(dtype), key.to(dtype), value.to(dtype), window).to(query.dtype)
 
@@ -74,7 +84,7 @@ def _sliding_window(query: Tensor, key: Tensor, value: Tensor, window: int) -> T
     v = F.pad(value, (0, 0, window - 1, pad_end)).unfold(-2, chunk + window - 1, chunk)
     k, v = k.transpose(-2, -1), v.transpose(-2, -1)  # (..., chunks, chunk + window - 1, E)
 
-    scores = q @ k.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., chunks, chunk, band)
+    scores = q @ k.transpose(-2, -1) * _scale(query.size(-1))  # (..., chunks, chunk, band)
     offset = torch.arange(chunk)[:, None] - torch.arange(chunk + window - 1)[None, :] + window - 1
     in_window = (offset >= 0) & (offset < window)  # (chunk, band): i - window < j <= i
     position = torch.arange(chunks)[:, None] * chunk + torch.arange(chunk + window - 1) - window + 1
@@ -129,6 +139,7 @@ def sparse_mask(
         raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
     check_sizes(0, length=length, num_global=num_global, num_random=num_random)
     check_sizes(window=window)
+    _check_generator(generator)
     if num_global and pattern in ("strided", "fixed"):
         raise ValueError(f"the {pattern} pattern has no global tokens, got num_global={num_global}")
     if num_random and pattern != "bigbird":
@@ -185,14 +196,19 @@ def block_sparse_attention(
         block_size: the side of a tile.
 
     Returns:
-        `(..., L, Ev)`, equal to `scaled_dot_product_attention(..., attn_mask=mask)`; rows with no key are zeros.
+        `(..., L, Ev)`, equal to `scaled_dot_product_attention(..., attn_mask=mask)`; rows with no key are zeros,
+        and empty sizes follow it too (`L = 0`: empty; `S = 0`: zeros; `E = 0`: every score is 0).
 
     Raises:
-        TypeError, ValueError: as `qkv.scaled_dot_product_attention`; a mask that is not bool `(L, S)`.
+        TypeError, ValueError: as `qkv.scaled_dot_product_attention`; a mask that is not bool `(L, S)` on the
+            query's device.
     """
     check_attention_inputs(query, key, value, None, False, None, False)
     _check_keep_mask(mask, (query.size(-2), key.size(-2)))
+    check_mask("mask", mask, query)
     check_sizes(block_size=block_size)
+    if query.size(-2) == 0 or key.size(-2) == 0:
+        return _no_attention(query, key, value)
     dtype = torch.promote_types(query.dtype, torch.float32)
     out = _block_sparse(query.to(dtype), key.to(dtype), value.to(dtype), mask, block_size)
     return out.to(query.dtype)
@@ -204,7 +220,7 @@ def _block_sparse(
     # --8<-- [start:block-sparse]
     layout = block_layout(mask, block_size)  # (L/b, S/b): tiles with at least one kept pair
     block_of_key = torch.arange(key.size(-2), device=mask.device) // block_size  # (S,)
-    scale = 1 / math.sqrt(query.size(-1))
+    scale = _scale(query.size(-1))
     out = []
     for row, kept_blocks in enumerate(layout):  # one block of queries at a time
         rows = slice(row * block_size, (row + 1) * block_size)
@@ -235,7 +251,7 @@ def axial_attention(
         `axial_mask(R, C, axis)`.
 
     Raises:
-        TypeError, ValueError: non-float tensors, grids that differ, or an unknown `axis`.
+        TypeError, ValueError: as `qkv.scaled_dot_product_attention`; grids that differ, or an unknown `axis`.
     """
     if axis not in AXES:
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
@@ -246,6 +262,7 @@ def axial_attention(
             "query, key and value must share the grid (R, C) in dims -3 and -2: "
             f"query {shape(query)}, key {shape(key)}, value {shape(value)}"
         )
+    check_attention_inputs(query, key, value, None, False, None, False)  # on the grids as given
     # --8<-- [start:axial]
     if axis == "column":  # attend along R: make the columns the last-but-one dim
         query, key, value = (x.transpose(-3, -2) for x in (query, key, value))  # (..., C, R, E)
@@ -273,8 +290,13 @@ def axial_mask(rows: int, cols: int, axis: Literal["row", "column"]) -> Tensor:
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
-    """`phi(x) = elu(x) + 1`, positive everywhere (Katharopoulos et al., 2020)."""
-    return F.elu(x) + 1
+    """`phi(x) = elu(x) + 1`, positive everywhere (Katharopoulos et al., 2020): `(..., E) -> (..., E)`.
+
+    Computed as `exp(min(x, 0)) + max(x, 0)`, the same function: `elu(x) + 1` itself rounds `exp(x) - 1 + 1` to
+    0 from `x` near -17 in float32 (-37 in float64), where `exp(x)` still holds until -87 (-708).
+    """
+    check_tensor("x", x, min_dim=0)
+    return torch.exp(x.clamp(max=0)) + x.clamp(min=0)
 
 
 class PerformerFeatures:
@@ -286,9 +308,24 @@ class PerformerFeatures:
     drawn from the Gaussian), which lowers the estimate's variance. Draw `W` from a generator of its own: rows
     that repeat the inputs' random numbers make the estimate far worse than chance.
 
-    Each call subtracts one constant per batch element before the exponential, against overflow; it cancels
-    exactly between the numerator and the denominator of linear attention. It is taken over every position,
-    so in causal use the future enters the features only through this constant, and only in rounding.
+    Each call subtracts a maximum of the exponent before exp(), so that the largest feature is 1/sqrt(M).
+    Without it, inputs of large norm put whole rows of exponents far below 0 (at E = 64 and std 6, a row's
+    largest of 256 is near -100): exp() underflows to 0 for every feature, and linear attention divides 0 by 0.
+    Subtracting c multiplies phi by exp(-c); which c cancels?
+
+    - A query: `out_i = phi(q_i)^T S / phi(q_i)^T z` is unchanged when phi(q_i) is multiplied by any positive
+      number, so each query row may take its own maximum (`query=True`).
+    - A key: phi(k_j) enters `S = sum_j phi(k_j) v_j^T` and `z = sum_j phi(k_j)` summed over j, so only one
+      factor shared by every key of a sequence cancels: the maximum over all its positions and features
+      (the default, which cancels for queries too: the features stay the estimator up to one constant).
+
+    Either way the estimate is unchanged in exact arithmetic. What remains is underflow: a key whose exponents
+    all lie about 87 below its sequence's maximum (708 in float64) is 0 in float32, which matters where it
+    leaves a query's normaliser `phi(q_i)^T z_i` below the smallest normal number; `linear_attention` then
+    refuses rather than return NaN or digits lost to underflow. In causal use the keys' maximum also looks at
+    the future: a constant factor, so the result is the same, but a large future key pushes the past ones
+    towards underflow, and the causal form gives up first (in float32 at E = 64, from about std 6 of the
+    inputs, against about std 10 for the other).
 
     Args:
         head_dim: E, the size of the vectors the features are computed of.
@@ -306,6 +343,8 @@ class PerformerFeatures:
         generator: torch.Generator | None = None,
     ) -> None:
         check_sizes(head_dim=head_dim, num_features=num_features)
+        check_bool("orthogonal", orthogonal)
+        _check_generator(generator)
         gaussian = torch.randn(num_features, head_dim, generator=generator)  # (M, E)
         if orthogonal:
             blocks = [
@@ -315,15 +354,31 @@ class PerformerFeatures:
             gaussian = directions * gaussian.norm(dim=-1, keepdim=True)
         self.projection = gaussian  # W, (M, E)
 
-    def __call__(self, x: Tensor) -> Tensor:
-        """`(..., N, E) -> (..., N, M)`, positive."""
+    def __repr__(self) -> str:
+        head_dim, num_features = self.projection.shape[1], self.projection.shape[0]
+        return f"PerformerFeatures(head_dim={head_dim}, num_features={num_features})"
+
+    def __call__(self, x: Tensor, *, query: bool = False) -> Tensor:
+        """`(..., N, E) -> (..., N, M)`, positive and at most `1/sqrt(M)`.
+
+        Args:
+            x: `(..., N, E)`, queries or keys.
+            query: scale each row by its own maximum, which cancels for queries only (see the class); by
+                default one maximum per sequence, which cancels for queries and keys alike.
+        """
+        check_tensor("x", x, min_dim=2)
+        if x.size(-1) != self.projection.size(1):
+            raise ValueError(f"{self!r} takes x of shape (..., N, head_dim), got {shape(x)}")
+        check_bool("query", query)
         # --8<-- [start:favor]
         x = x * x.size(-1) ** -0.25
-        projected = x @ self.projection.to(x).T  # (..., N, M)
-        # any constant per batch element cancels between numerator and denominator: keep exp() <= 1
-        stabiliser = projected.amax(dim=(-2, -1), keepdim=True)
-        squared_norm = (x * x).sum(dim=-1, keepdim=True) / 2  # (..., N, 1)
-        return torch.exp(projected - squared_norm - stabiliser) / math.sqrt(self.projection.size(0))
+        projected = x @ self.projection.to(x).T  # W x': (..., N, M)
+        half_squared_norm = (x * x).sum(dim=-1, keepdim=True) / 2  # |x'|^2 / 2: (..., N, 1)
+        exponent = projected - half_squared_norm  # (..., N, M)
+        # a constant factor that cancels (see the class): each query's own, or one per sequence of keys
+        per_sequence = not query and x.size(-2) > 0  # with no position, there is nothing to share
+        stabiliser = exponent.amax(dim=(-2, -1) if per_sequence else -1, keepdim=True)
+        return torch.exp(exponent - stabiliser) / math.sqrt(self.projection.size(0))
         # --8<-- [end:favor]
 
 
@@ -354,26 +409,31 @@ def linear_attention(
         v: `(..., S, Ev)`.
         causal: query `i` sees keys `j <= i` only (needs `L == S`).
         feature_map: `"elu"` for `elu(x) + 1`, or a callable `(..., N, E) -> (..., N, M)` with positive
-            values, such as `PerformerFeatures`.
+            values and the input's dtype, such as `PerformerFeatures` (whose queries take their own stabiliser).
         chunk_size: keys per step of the causal recurrence.
 
     Returns:
-        `(..., L, Ev)`.
+        `(..., L, Ev)`. Empty sequences follow `scaled_dot_product_attention`: `L = 0` gives an empty result,
+        `S = 0` zeros.
 
     Raises:
-        TypeError, ValueError: as `qkv.scaled_dot_product_attention`; an unknown `feature_map`; `causal` with
-            `L != S`; a `chunk_size` that is not a positive int.
+        TypeError, ValueError: as `qkv.scaled_dot_product_attention`; an unknown `feature_map`, or one whose
+            features do not fit (shape, dtype, `M = 0`); `E = 0`; `causal` that is not a bool, or with
+            `L != S`; a `chunk_size` that is not a positive int; features that leave a query's normaliser
+            `phi(q_i)^T z_i` outside the normal range of the dtype (underflow, overflow, features that are
+            not positive), where the result would be NaN or lose its digits.
     """
     check_attention_inputs(q, k, v, None, False, None, False)
+    check_bool("causal", causal)
     check_sizes(chunk_size=chunk_size)
     phi = _feature_map(feature_map)
-    if causal:
-        _check_self_attention(q, k)
-    dtype = torch.promote_types(q.dtype, torch.float32)
-    phi_q, phi_k, v32 = phi(q.to(dtype)), phi(k.to(dtype)), v.to(dtype)
-    if causal:
-        return _causal_linear(phi_q, phi_k, v32, chunk_size).to(q.dtype)
-    return _linear(phi_q, phi_k, v32).to(q.dtype)
+    _check_linear_inputs(q, k, causal)
+    if q.size(-2) == 0 or k.size(-2) == 0:
+        return _no_attention(q, k, v)
+    phi_q, phi_k = _features(phi, q, k)
+    v32 = v.to(phi_q.dtype)
+    out = _causal_linear(phi_q, phi_k, v32, chunk_size) if causal else _linear(phi_q, phi_k, v32)
+    return out.to(q.dtype)
 
 
 def _linear(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
@@ -382,6 +442,7 @@ def _linear(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
     normaliser = phi_k.sum(dim=-2)  # z = sum_j phi(k_j): (..., M)
     numerator = phi_q @ state  # (..., L, Ev)
     denominator = phi_q @ normaliser[..., None]  # (..., L, 1)
+    _check_normaliser(denominator)  # positive in exact arithmetic: 0 only by underflow
     return numerator / denominator
     # --8<-- [end:linear]
 
@@ -396,6 +457,7 @@ def _causal_linear(phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk_size: int) -> 
         within = (fq @ fk.transpose(-2, -1)).tril()  # pairs j <= i inside the chunk: (..., c, c)
         numerator = fq @ state + within @ vc  # (..., c, Ev)
         denominator = fq @ normaliser + within.sum(dim=-1, keepdim=True)  # (..., c, 1)
+        _check_normaliser(denominator)
         out.append(numerator / denominator)
         state = state + fk.transpose(-2, -1) @ vc  # S += sum over the chunk of phi(k_j) v_j^T
         normaliser = normaliser + fk.sum(dim=-2)[..., None]  # z += sum over the chunk of phi(k_j)
@@ -417,14 +479,17 @@ def linear_attention_weights(
         TypeError, ValueError: as `linear_attention`.
     """
     check_attention_inputs(q, k, None, None, False, None, False)
+    check_bool("causal", causal)
     phi = _feature_map(feature_map)
-    if causal:
-        _check_self_attention(q, k)
-    dtype = torch.promote_types(q.dtype, torch.float32)
-    similarity = phi(q.to(dtype)) @ phi(k.to(dtype)).transpose(-2, -1)  # (..., L, S)
+    _check_linear_inputs(q, k, causal)
+    phi_q, phi_k = _features(phi, q, k)
+    similarity = phi_q @ phi_k.transpose(-2, -1)  # (..., L, S)
     if causal:
         similarity = similarity.tril()
-    return (similarity / similarity.sum(dim=-1, keepdim=True)).to(q.dtype)
+    normaliser = similarity.sum(dim=-1, keepdim=True)  # (..., L, 1)
+    if k.size(-2) > 0:  # with no key there is nothing to normalise
+        _check_normaliser(normaliser)
+    return (similarity / normaliser).to(q.dtype)
 
 
 def _feature_map(feature_map: object) -> Callable[[Tensor], Tensor]:
@@ -441,6 +506,53 @@ def _feature_map(feature_map: object) -> Callable[[Tensor], Tensor]:
     return feature_map
 
 
+def _features(phi: Callable[..., Tensor], q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """`phi(q)` `(..., L, M)` and `phi(k)` `(..., S, M)`, in float32 or wider; raises unless they fit."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    q, k = q.to(dtype), k.to(dtype)
+    if isinstance(phi, PerformerFeatures):
+        phi_q, phi_k = phi(q, query=True), phi(k)  # a query's own stabiliser cancels too
+    else:
+        phi_q, phi_k = phi(q), phi(k)
+    for name, x, features in (("query", q, phi_q), ("key", k, phi_k)):
+        check_tensor(f"feature_map({name})", features)
+        if (features.dtype, features.device) != (dtype, x.device):
+            raise TypeError(
+                f"feature_map must keep the {name}'s dtype and device ({dtype} on {x.device}; half "
+                f"precision is computed in float32), got {features.dtype} on {features.device}"
+            )
+    fits = phi_q.shape[:-1] == q.shape[:-1] and phi_k.shape[:-1] == k.shape[:-1]
+    if not fits or phi_q.size(-1) != phi_k.size(-1) or phi_q.size(-1) == 0:
+        raise ValueError(
+            "feature_map must map (..., N, E) to (..., N, M), the same M >= 1 for query and key: "
+            f"query {shape(q)} -> {shape(phi_q)}, key {shape(k)} -> {shape(phi_k)}"
+        )
+    return phi_q, phi_k
+
+
+def _check_linear_inputs(q: Tensor, k: Tensor, causal: bool) -> None:
+    if q.size(-1) == 0:
+        raise ValueError(
+            "linear attention needs query and key with E >= 1 features (at E = 0, elu's features are empty "
+            f"and every weight is 0 / 0): got query {shape(q)}, key {shape(k)}"
+        )
+    if causal:
+        _check_self_attention(q, k)
+
+
+def _check_normaliser(denominator: Tensor) -> None:
+    """Raise unless each `phi(q_i)^T z_i` is a normal number: below, underflow has eaten its digits."""
+    finfo = torch.finfo(denominator.dtype)
+    lost = (denominator < finfo.tiny) | (denominator == float("inf"))  # NaN passes: NaN in, NaN out
+    if lost.any():
+        raise ValueError(
+            f"linear attention: the feature_map's features give a query the normaliser phi(q_i)^T z_i = "
+            f"{denominator[lost].min().item():.1e}, outside the normal range [{finfo.tiny:.1e}, "
+            f"{finfo.max:.1e}] of {denominator.dtype} (features that underflow, overflow or are not "
+            "positive): scale the inputs down, or compute in float64"
+        )
+
+
 # --- Linformer ----------------------------------------------------------------------------------------------
 
 
@@ -453,6 +565,7 @@ def linformer_projection(
     argument), and what a comparison on random inputs can use.
     """
     check_sizes(seq_len=seq_len, proj_len=proj_len)
+    _check_generator(generator)
     return torch.randn(proj_len, seq_len, generator=generator) / math.sqrt(proj_len)
 
 
@@ -485,7 +598,18 @@ def linformer_attention(query: Tensor, key: Tensor, value: Tensor, projection: T
     # --8<-- [end:linformer]
 
 
-# --- checks -------------------------------------------------------------------------------------------------
+# --- empty sizes and checks ---------------------------------------------------------------------------------
+
+
+def _scale(head_dim: int) -> float:
+    """`1 / sqrt(E)`; 1 when `E = 0`, where every score is an empty sum, 0 whatever the scale (torch's result)."""
+    return 1 / math.sqrt(head_dim) if head_dim else 1.0
+
+
+def _no_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+    """The result for `L = 0` or `S = 0`: zeros `(..., L, Ev)`, as `scaled_dot_product_attention` gives."""
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    return query.new_zeros(*batch, query.size(-2), value.size(-1))
 
 
 def _check_self_attention(query: Tensor, key: Tensor) -> None:
@@ -503,3 +627,14 @@ def _check_keep_mask(mask: object, size: tuple[int, int] | None = None) -> None:
     if mask.dim() != 2 or (size is not None and tuple(mask.shape) != size):
         wanted = "(L, S)" if size is None else f"(L, S) = {size}"
         raise ValueError(f"mask must be {wanted}, got {shape(mask)}")
+
+
+def _check_generator(generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
+    if generator is not None and generator.device.type != "cpu":
+        raise ValueError(
+            f"generator must be a CPU generator (the draws are on CPU), got {generator.device}"
+        )
