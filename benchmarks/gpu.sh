@@ -14,9 +14,10 @@
 #           CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed: a machine without a package
 #           index gets it from WHEELS, a folder of wheels brought along (pytest_codeblocks-0.18.0 is pure
 #           Python), installed into the Python that runs the tests
-#   square  bench-square.json and plots/: full and causal, N = 1k .. 16k, D = 128 then 64, bfloat16
+#   square  bench-square.json and plots/: full and causal, N = 1k .. 16k, D = 128 then 64 (HEAD_DIMS, e.g.
+#           HEAD_DIMS=64 to measure only what an earlier run left out), bfloat16
 #   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
-#           64k, key padding, causal 128k; D = 128, bfloat16
+#           64k, key padding, causal 128k (SUITES, e.g. SUITES="window long"); D = 128, bfloat16
 #
 # square and masks also add their qkv-flash and torch times to OUT/measured.json, the table that
 # qkv.attention's "auto" reads: commit it as src/qkv/kernels/measured.json, and the bench JSON under docs/.
@@ -76,11 +77,11 @@ PY
       ;;
     square)
       "${stop[@]}" --signal=INT "$limit" "$python" -m qkv.bench --suite square --dtype bf16 \
-        --head-dim 128 64 --n 1024 2048 4096 8192 16384 --paths "${paths[@]}" \
+        --head-dim ${HEAD_DIMS:-128 64} --n 1024 2048 4096 8192 16384 --paths "${paths[@]}" \
         --out "$out/bench-square.json" --plot "$out/plots" --table "$out/measured.json" || true
       ;;
     masks)
-      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv.bench --suite decode gqa window padding long \
+      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv.bench --suite ${SUITES:-decode gqa window padding long} \
         --dtype bf16 --head-dim 128 --paths "${paths[@]}" \
         --out "$out/bench-masks.json" --table "$out/measured.json" || true
       ;;
