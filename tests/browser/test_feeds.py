@@ -100,7 +100,8 @@ def test_every_article_offers_its_notebook(site: Site) -> None:
         nbformat.validate(notebook)
         assert notebook.cells[0].source.startswith(f"*Generated from the article at <{site.url}")
         install = notebook.cells[1].source
-        assert re.search(rf'" @ {site.url}packages/qkv-[^"#]+\.whl#sha256=[0-9a-f]{{64}}"', install)
+        wheel = rf"{re.escape(site.url)}packages/qkv-[^\"#]+\.whl#sha256=[0-9a-f]{{64}}"
+        assert re.search(rf'"qkv(\[[a-z,]+\])? @ {wheel}"', install), install  # installs from here
         assert any(cell.cell_type == "code" for cell in notebook.cells)
         assert notebook.metadata.kernelspec.name == "python3"
 

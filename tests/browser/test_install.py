@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 import zipfile
@@ -22,7 +21,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import Site
-from tests.browser.test_reader import BLOCKS, EXTRAS
+from tests.browser.test_reader import _install_commands
 
 HIJACK = "99.0"
 
@@ -53,9 +52,11 @@ def _resolved(arguments: list[str], index: str, folder: Path) -> subprocess.Comp
     report.unlink(missing_ok=True)
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps"]
     command += ["--ignore-installed", "--no-cache-dir", "--report", str(report), *arguments]
-    environment = os.environ | {"PIP_INDEX_URL": index, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    environment.pop("PIP_EXTRA_INDEX_URL", None)
-    environment.pop("PIP_FIND_LINKS", None)
+    environment = {
+        name: value for name, value in os.environ.items() if not name.startswith("PIP_")
+    }  # no other index, no find-links: only the one given, as PyPI is for a reader
+    environment |= {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": index}
+    environment["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     result = subprocess.run(command, capture_output=True, text=True, env=environment)
     result.report = json.loads(report.read_text()) if report.exists() else None
     return result
@@ -69,15 +70,8 @@ def _version(result: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def commands(site: Site, browser: Browser) -> list[list[str]]:
-    """Every `pip install` command of the Get started page, as a reader copies it, without `python -m`."""
-    page = browser.new_page()
-    page.goto(site.url + "get-started/")
-    blocks = [b["code"] for b in page.evaluate(BLOCKS) if b["language"] == "language-console"]
-    page.close()
-    lines = [b.replace("\\\n", " ").strip().removeprefix("$ ") for b in blocks]
-    found = [shlex.split(line) for line in lines if " pip install " in line]
-    assert any(EXTRAS in " ".join(command) for command in found), found
-    return [command[3:] for command in found]  # after "python -m pip"
+    """The Get started page's install commands, plain and with the extras, after `python -m pip`."""
+    return [command[3:] for command in _install_commands(browser, site).values()]
 
 
 def test_the_pages_commands_install_the_sites_qkv_past_a_higher_version(

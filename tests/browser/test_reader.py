@@ -1,11 +1,13 @@
 """A new reader, end to end: install `qkv` from the served site, then run what the pages show.
 
 A fresh virtual environment gets nothing but `torch==2.13.0`, then `qkv` exactly as the Get started page
-says (its install command with the extras, read from the rendered page and pointed at the served site).
-Outside the repository, in that environment:
+says (its install commands, read from the rendered page, which point at the served site): first the plain
+package, then, for the articles whose front matter names `extras`, the command with every extra. Outside the
+repository, in that environment:
 
 - each article's Python blocks, as the copy button gives them (the text of the rendered `pre > code`), run
-  in page order in one interpreter, and print what the page's output blocks show;
+  in page order in one interpreter, and print what the page's output blocks show; an article that names no
+  extra runs with the plain package, before the extras are installed;
 - each block runs alone too, and the blocks that fail alone are exactly the ones whose title bar says they
   continue the block above;
 - every notebook the site offers for download (each article's, and the playground) runs top to bottom.
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser
 
-from tests.browser.conftest import Site
+from tests.browser.conftest import Site, posts
 from tests.site import ROOT, load_hook
 
 READER = Path(__file__).with_name("reader.py")
@@ -84,30 +86,65 @@ def _run(command: list[str], cwd: Path, stdin: str | None = None) -> str:
     return result.stdout
 
 
-def _install_command(browser: Browser, site: Site) -> list[str]:
-    """The Get started command that installs qkv with every extra, as a reader copies it."""
+def _install_commands(browser: Browser, site: Site) -> dict[str, list[str]]:
+    """The Get started commands that install qkv, plain and with every extra, as a reader copies them."""
     page = browser.new_page()
     page.goto(site.url + "get-started/")
     consoles = [b["code"] for b in page.evaluate(BLOCKS) if b["language"] == "language-console"]
     page.close()
-    commands = [c.replace("\\\n", " ").strip().removeprefix("$ ") for c in consoles]
-    (command,) = [c for c in commands if EXTRAS in c and " install " in c]
-    assert site.url in command, command
-    return shlex.split(command)
+    lines = "\n".join(consoles).replace("\\\n", " ").splitlines()  # continuation lines joined
+    commands = [line.removeprefix("$ ").strip() for line in lines if line.startswith("$ ")]
+    installs = [c for c in commands if c.startswith("python -m pip install ") and "qkv" in c]
+    (plain,) = [c for c in installs if '"qkv @ ' in c]
+    (extras,) = [c for c in installs if EXTRAS in c]
+    assert len(installs) == 2, installs
+    found = {"plain": shlex.split(plain), "extras": shlex.split(extras)}
+    for command in found.values():
+        assert site.url in " ".join(command), command
+    return found
 
 
 @pytest.fixture(scope="session")
-def reader(site: Site, browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reader's working folder, outside the repository, with a fresh `venv/` set up from the site."""
+def install_commands(site: Site, browser: Browser) -> dict[str, list[str]]:
+    return _install_commands(browser, site)
+
+
+@pytest.fixture(scope="session")
+def reader(
+    install_commands: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The reader's working folder, outside the repository, with a fresh `venv/` and the plain package."""
     folder = tmp_path_factory.mktemp("reader")
     _run([sys.executable, "-m", "venv", "venv"], folder)
     python = str(folder / "venv" / "bin" / "python")
     _run([python, "-m", "pip", "install", "-q", TORCH], folder)
-    command = _install_command(browser, site)
-    assert command[:4] == ["python", "-m", "pip", "install"], command
-    _run([python, *command[1:]], folder)
+    _run([python, *install_commands["plain"][1:]], folder)
     _run([python, "-m", "pip", "install", "-q", *NOTEBOOK_RUNNER], folder)
     return folder
+
+
+def _needs_extras(path: str) -> bool:
+    (post,) = [post for post in posts() if post.path == path]
+    return bool(post.meta.get("extras"))
+
+
+@pytest.fixture(scope="session")
+def plain_errors(reader: Path, articles: dict[str, list[Block]]) -> dict[str, list[str | None]]:
+    """In page order, the articles that name no extra, with the plain package only: side by side."""
+    plain = {path: found for path, found in articles.items() if not _needs_extras(path)}
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        runs = {
+            path: pool.submit(_results, reader, "in-order", found) for path, found in plain.items()
+        }
+        return {path: run.result() for path, run in runs.items()}
+
+
+@pytest.fixture(scope="session")
+def full_reader(reader: Path, install_commands: dict[str, list[str]], plain_errors: dict) -> Path:
+    """The reader's folder once the plain articles have run and the extras are installed."""
+    python = str(reader / "venv" / "bin" / "python")
+    _run([python, *install_commands["extras"][1:]], reader)
+    return reader
 
 
 @pytest.fixture(scope="session")
@@ -145,17 +182,21 @@ def _blocks(articles: dict[str, list[Block]]) -> list[Block]:
 
 
 @pytest.fixture(scope="session")
-def errors(reader: Path, articles: dict[str, list[Block]]) -> dict[str, list[str | None]]:
+def errors(
+    full_reader: Path, articles: dict[str, list[Block]], plain_errors: dict[str, list[str | None]]
+) -> dict[str, list[str | None]]:
     """What each block raised (None: it ran and printed what the page shows), in page order and alone.
 
-    In page order each article runs in its own interpreter. The runs share nothing, so they go side by
-    side, one per core.
+    In page order each article runs in its own interpreter (those that name no extra ran before the
+    extras were installed). The runs share nothing, so they go side by side, one per core.
     """
+    rest = {path: found for path, found in articles.items() if path not in plain_errors}
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        alone = pool.submit(_results, reader, "alone", _blocks(articles))
-        in_order = [pool.submit(_results, reader, "in-order", found) for found in articles.values()]
+        alone = pool.submit(_results, full_reader, "alone", _blocks(articles))
+        runs = {path: pool.submit(_results, full_reader, "in-order", b) for path, b in rest.items()}
+        in_order = plain_errors | {path: run.result() for path, run in runs.items()}
         return {
-            "in-order": [error for run in in_order for error in run.result()],
+            "in-order": [error for path in articles for error in in_order[path]],
             "alone": alone.result(),
         }
 
@@ -199,7 +240,7 @@ def test_blocks_that_fail_alone_are_marked_as_continuations(
     )
 
 
-def test_every_notebook_offered_runs(site: Site, browser: Browser, reader: Path) -> None:
+def test_every_notebook_offered_runs(site: Site, browser: Browser, full_reader: Path) -> None:
     page = browser.new_page()
     links: list[str] = []
     for path in [*_reading_order(), "notebooks/playground/"]:
@@ -207,10 +248,10 @@ def test_every_notebook_offered_runs(site: Site, browser: Browser, reader: Path)
         links += page.evaluate(DOWNLOADS)
     page.close()
     assert len(links) == len(_reading_order()) + 1, links
-    jupyter = str(reader / "venv" / "bin" / "jupyter-execute")
+    jupyter = str(full_reader / "venv" / "bin" / "jupyter-execute")
     for link in links:
-        notebook = reader / Path(link).name
+        notebook = full_reader / Path(link).name
         with urllib.request.urlopen(link) as response:
             notebook.write_bytes(response.read())
-        _run([jupyter, "--timeout=600", notebook.name], reader)
+        _run([jupyter, "--timeout=600", notebook.name], full_reader)
     print(f"\nnotebooks run: {len(links)}")
