@@ -128,15 +128,25 @@ def _needs_extras(path: str) -> bool:
     return bool(post.meta.get("extras"))
 
 
-@pytest.fixture(scope="session")
-def plain_errors(reader: Path, articles: dict[str, list[Block]]) -> dict[str, list[str | None]]:
-    """In page order, the articles that name no extra, with the plain package only: side by side."""
-    plain = {path: found for path, found in articles.items() if not _needs_extras(path)}
+def _run_articles(reader: Path, articles: dict[str, list[Block]]) -> dict[str, dict[str, list]]:
+    """Each article's blocks in page order (one interpreter per article) and each alone: side by side."""
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
         runs = {
-            path: pool.submit(_results, reader, "in-order", found) for path, found in plain.items()
+            (mode, path): pool.submit(_results, reader, mode, found)
+            for path, found in articles.items()
+            for mode in ("in-order", "alone")
         }
-        return {path: run.result() for path, run in runs.items()}
+        found = {"in-order": {}, "alone": {}}
+        for (mode, path), run in runs.items():
+            found[mode][path] = run.result()
+        return found
+
+
+@pytest.fixture(scope="session")
+def plain_errors(reader: Path, articles: dict[str, list[Block]]) -> dict[str, dict[str, list]]:
+    """The articles that name no extra, run with the plain package only (see `_run_articles`)."""
+    plain = {path: found for path, found in articles.items() if not _needs_extras(path)}
+    return _run_articles(reader, plain)
 
 
 @pytest.fixture(scope="session")
@@ -183,22 +193,18 @@ def _blocks(articles: dict[str, list[Block]]) -> list[Block]:
 
 @pytest.fixture(scope="session")
 def errors(
-    full_reader: Path, articles: dict[str, list[Block]], plain_errors: dict[str, list[str | None]]
+    full_reader: Path, articles: dict[str, list[Block]], plain_errors: dict[str, dict[str, list]]
 ) -> dict[str, list[str | None]]:
     """What each block raised (None: it ran and printed what the page shows), in page order and alone.
 
-    In page order each article runs in its own interpreter (those that name no extra ran before the
-    extras were installed). The runs share nothing, so they go side by side, one per core.
+    The articles that name no extra ran before the extras were installed; the others run now.
     """
-    rest = {path: found for path, found in articles.items() if path not in plain_errors}
-    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        alone = pool.submit(_results, full_reader, "alone", _blocks(articles))
-        runs = {path: pool.submit(_results, full_reader, "in-order", b) for path, b in rest.items()}
-        in_order = plain_errors | {path: run.result() for path, run in runs.items()}
-        return {
-            "in-order": [error for path in articles for error in in_order[path]],
-            "alone": alone.result(),
-        }
+    rest = {path: found for path, found in articles.items() if path not in plain_errors["alone"]}
+    found = _run_articles(full_reader, rest)
+    return {
+        mode: [error for path in articles for error in (plain_errors[mode] | found[mode])[path]]
+        for mode in ("in-order", "alone")
+    }
 
 
 def test_every_article_runs_in_order_as_copied(
@@ -250,8 +256,13 @@ def test_every_notebook_offered_runs(site: Site, browser: Browser, full_reader: 
     assert len(links) == len(_reading_order()) + 1, links
     jupyter = str(full_reader / "venv" / "bin" / "jupyter-execute")
     for link in links:
-        notebook = full_reader / Path(link).name
         with urllib.request.urlopen(link) as response:
-            notebook.write_bytes(response.read())
-        _run([jupyter, "--timeout=600", notebook.name], full_reader)
+            (full_reader / Path(link).name).write_bytes(response.read())
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:  # they share nothing: side by side
+        runs = [
+            pool.submit(_run, [jupyter, "--timeout=600", Path(link).name], full_reader)
+            for link in links
+        ]
+        for run in runs:
+            run.result()
     print(f"\nnotebooks run: {len(links)}")
