@@ -256,13 +256,8 @@ def test_every_notebook_offered_runs(site: Site, browser: Browser, full_reader: 
     assert len(links) == len(_reading_order()) + 1, links
     jupyter = str(full_reader / "venv" / "bin" / "jupyter-execute")
     for link in links:
+        notebook = full_reader / Path(link).name
         with urllib.request.urlopen(link) as response:
-            (full_reader / Path(link).name).write_bytes(response.read())
-    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:  # they share nothing: side by side
-        runs = [
-            pool.submit(_run, [jupyter, "--timeout=600", Path(link).name], full_reader)
-            for link in links
-        ]
-        for run in runs:
-            run.result()
+            notebook.write_bytes(response.read())
+        _run([jupyter, "--timeout=600", notebook.name], full_reader)
     print(f"\nnotebooks run: {len(links)}")
