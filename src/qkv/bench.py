@@ -31,9 +31,10 @@ memory is not measured.
 
 The JSON report (`--out`, rewritten after every case) holds the device, its clocks where `nvidia-smi`
 reports them (before the first case, and the SM clock again right after each case is timed), the versions of
-Python, torch, Triton and cuDNN, the platform and the UTC date beside the numbers. `--plot DIR` draws one PNG of TFLOP/s against N per (mode, dtype, head size, causal) of the square
-suite. `--table FILE` adds the `qkv-flash` and `torch` times of every case to the measured table that
-`qkv.attention`'s `"auto"` reads (`qkv/kernels/measured.json`).
+Python, torch, Triton and cuDNN, the platform and the UTC date beside the numbers. `--plot DIR` draws one PNG
+of TFLOP/s against N per (mode, dtype, head size, causal) of the square suite. `--table FILE` adds the
+`qkv-flash` and `torch` times of every case to the measured table that `qkv.attention`'s `"auto"` reads
+(`qkv/kernels/measured.json`).
 
 Usage: `python -m qkv.bench --help`; on a CPU host, e.g. `python -m qkv.bench --device cpu --n 128 256`.
 """
@@ -147,9 +148,8 @@ def measure(case: Case, device: torch.device) -> dict:
     """Check and time one case; return its fields with `status`, `ms`, `tflops`, memory and `reason`."""
     record = {**dataclasses.asdict(case), "status": "ok", "ms": None, "tflops": None}
     record |= {"peak_memory_bytes": None, "reason": None, "error": None, "allowed_error": None}
-    record["sm_clock_mhz"] = (
-        None  # read just after the timing: the clock the case ran at, near enough
-    )
+    # sm_clock_mhz: read just after the timing, the clock the case ran at (near enough)
+    record |= {"sm_clock_mhz": None}
     if case.path == "qkv-flash" and device.type != "cuda":
         return record | {"status": "unsupported", "reason": "needs CUDA"}
     try:
