@@ -69,12 +69,11 @@ def pinned(path: Path) -> str:
     return f"{path.name}#sha256={hashlib.sha256(path.read_bytes()).hexdigest()}"
 
 
-def project_page(distributions: tuple[Path, ...], requires_python: str | None) -> str:
-    """The PEP 503 page of the project: a link to each file, with its hash and Requires-Python."""
+def project_page(pins: list[str], requires_python: str | None) -> str:
+    """The PEP 503 page of the project: a link to each file (`pinned`), with Requires-Python."""
     attribute = f' data-requires-python="{html.escape(requires_python)}"' if requires_python else ""
     links = "<br>\n".join(
-        f'<a href="../../packages/{pinned(path)}"{attribute}>{path.name}</a>'
-        for path in distributions
+        f'<a href="../../packages/{pin}"{attribute}>{pin.partition("#")[0]}</a>' for pin in pins
     )
     return INDEX_PAGE.format(title=f"Links for {PROJECT}", links=links)
 
@@ -89,12 +88,13 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
             raise PluginError(f"building the {PROJECT} distributions failed: {error}") from error
         found = metadata(distributions[0])
         config.extra["qkv_version"] = found["Version"]  # what pages say they were checked with
-        wheel, sdist = distributions
-        config.extra["qkv_wheel"] = f"{config.site_url}packages/{pinned(wheel)}"
-        config.extra["qkv_sdist"] = f"{config.site_url}packages/{pinned(sdist)}"
+        pins = [pinned(path) for path in distributions]  # (wheel, sdist)
+        config.extra["qkv_wheel"], config.extra["qkv_sdist"] = (
+            f"{config.site_url}packages/{pin}" for pin in pins
+        )
         for path in distributions:
             files.append(File.generated(config, f"packages/{path.name}", content=path.read_bytes()))
-        page = project_page(distributions, found.get("Requires-Python"))
+        page = project_page(pins, found.get("Requires-Python"))
         files.append(File.generated(config, f"simple/{PROJECT}/index.html", content=page))
     projects = INDEX_PAGE.format(title="Simple index", links=f'<a href="{PROJECT}/">{PROJECT}</a>')
     files.append(File.generated(config, "simple/index.html", content=projects))
