@@ -29,14 +29,9 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The package's tests and every Python block of the site, the Triton kernel under its interpreter."""
     session.install(*CONSTRAINTS, "-e", ".[test,docs]")
+    # with no path in the arguments, pytest runs its testpaths: tests/library, tests/lab, tests/site, docs
     session.run(
-        "pytest",
-        "--codeblocks",
-        "tests",
-        "docs",
-        "--ignore=tests/browser",
-        *session.posargs,
-        env={**DOCS_ENV, "TRITON_INTERPRET": "1"},
+        "pytest", "--codeblocks", *session.posargs, env={**DOCS_ENV, "TRITON_INTERPRET": "1"}
     )
 
 

@@ -8,7 +8,7 @@ and are saved transparent, so a figure is never a slab of another colour on the 
 
 Sizes are set for a phone: a figure at most `MAX_WIDTH_IN` wide, shrunk to a `PHONE_COLUMN_PX` column, keeps
 text of `BASE_SIZE_PT` at `MIN_PHONE_TEXT_PX` or more; no text is set smaller than `BASE_SIZE_PT`
-(tests/test_figures.py holds every figure to this).
+(tests/site/test_figures.py holds every figure to this).
 """
 
 from __future__ import annotations

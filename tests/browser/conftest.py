@@ -18,7 +18,7 @@ import yaml
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.visit import Visit, visit
-from tests.site import ROOT, build_site, serve
+from tests.site.build import ROOT, build_site, serve
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -12,7 +12,7 @@ from playwright.sync_api import Browser
 
 from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
 from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, SHOW_EVERY_CODE_BLOCK, SKIPPABLE, Visit
-from tests.site import QuietHandler, serve
+from tests.site.build import QuietHandler, serve
 
 # Alt texts that say nothing about the picture.
 EMPTY_ALT = {

@@ -29,7 +29,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import Site, posts
-from tests.site import ROOT, load_hook
+from tests.site.build import ROOT, load_hook
 
 READER = Path(__file__).with_name("reader.py")
 CONTINUES = "Continues the block above"  # docs/hooks/code_blocks.py

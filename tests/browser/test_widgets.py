@@ -19,7 +19,7 @@ import qkv
 from qkv.kernels.tiles import classify_tiles
 from tests.browser.conftest import Site
 from tests.browser.visit import AXE, COLOURS, OVERFLOW, PHONE, _serious, lay_out_everything
-from tests.site import ROOT
+from tests.site.build import ROOT
 
 MASKING = "blog/masking/"
 LOOKUP = "blog/queries-keys-values/"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 PYTHON_LANGUAGES = {"py", "py3", "python", "python3", "pycon", "pyi", "ipython", "ipython3"}

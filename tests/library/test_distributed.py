@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import qkv
-from tests.reference import reference_attention
+from tests.library.reference import reference_attention
 
 B, H, SHARD, D, DV = 2, 3, 5, 8, 6
 

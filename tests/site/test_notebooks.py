@@ -15,9 +15,9 @@ from mkdocs.config import load_config
 from pymdownx.snippets import SnippetMissingError
 from pytest_codeblocks.main import extract_from_file
 
-from tests.site import load_hook
+from tests.site.build import load_hook
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POSTS = sorted((ROOT / "docs" / "blog" / "posts").glob("*.md"))
 
 

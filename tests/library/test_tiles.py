@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv.kernels import tiles
-from tests.reference import reference_mask
+from tests.library.reference import reference_mask
 
 MASKS = st.fixed_dictionaries(
     {

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import qkv
 from qkv.kernels import flash
-from tests.reference import (
+from tests.library.reference import (
     assert_close_to_reference,
     reference_attention,
     reference_mask,

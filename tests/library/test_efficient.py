@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import qkv
 from qkv.efficient import elu_feature_map
-from tests.reference import assert_close_to_reference, reference_attention, torch_attention
+from tests.library.reference import assert_close_to_reference, reference_attention, torch_attention
 
 
 def qkv_inputs(*batch, q_len, k_len=None, e=8, ev=6, dtype=torch.float64):

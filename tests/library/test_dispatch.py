@@ -10,7 +10,7 @@ import torch
 import qkv
 from qkv import dispatch
 from qkv.kernels import flash
-from tests.reference import reference_attention, reference_mask
+from tests.library.reference import reference_attention, reference_mask
 
 KERNEL_DEVICE = "cpu" if flash.INTERPRETED else "cuda"  # where the triton backend can run here
 

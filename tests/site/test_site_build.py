@@ -18,7 +18,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 
-from tests.site import LOCAL_URL, ROOT, build_site, load_hook
+from tests.site.build import LOCAL_URL, ROOT, build_site, load_hook
 
 DOCS = ROOT / "docs"
 

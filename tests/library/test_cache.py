@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import qkv
-from tests.reference import reference_attention
+from tests.library.reference import reference_attention
 
 E, H = 16, 4
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch.autograd import gradcheck
 
 import qkv
-from tests.reference import assert_close_to_reference, reference_attention, torch_attention
+from tests.library.reference import assert_close_to_reference, reference_attention, torch_attention
 
 
 @st.composite

@@ -10,7 +10,7 @@ import torch
 
 import qkv
 from qkv import bench, dispatch
-from tests.reference import reference_mask
+from tests.library.reference import reference_mask
 
 TINY = ["--device", "cpu", "--n", "32", "64", "--head-dim", "16", "--dtype", "fp16"]
 TINY += ["--causal", "yes", "--tokens", "64", "--hidden", "32"]

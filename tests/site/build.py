@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOCAL_URL = "http://127.0.0.1:8765/"
 
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.site import build_site, load_hook
+from tests.site.build import build_site, load_hook
 
 notebook_styles = load_hook("notebook_styles")
 NOTEBOOK = SimpleNamespace(file=SimpleNamespace(src_uri="notebooks/x.ipynb"))

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.site import load_hook
+from tests.site.build import load_hook
 
 hook = load_hook("absolute_urls")
 SITE = "https://qkv.example.org/"

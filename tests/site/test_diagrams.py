@@ -14,7 +14,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation, Text
 
 import qkv
-from tests.site import ROOT, load_hook
+from tests.site.build import ROOT, load_hook
 
 DIAGRAMS = {
     "queries-keys-values": "qkv-attention-flow",

@@ -1,6 +1,6 @@
 """The figures' style and contract (docs/figures/_style.py, docs/hooks/figures.py), without a build.
 
-The built site's figures are checked by tests/test_site_build.py: the build fails on any figure that breaks the
+The built site's figures are checked by tests/site/test_site_build.py: the build fails on any figure that breaks the
 contract, because the hook checks each one as it draws it.
 """
 
@@ -14,7 +14,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from tests.site import ROOT, load_hook
+from tests.site.build import ROOT, load_hook
 
 figures = load_hook("figures")
 style = figures.style
