@@ -76,12 +76,12 @@ PY
       fi
       ;;
     square)
-      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv.bench --suite square --dtype bf16 \
+      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv_lab.bench --suite square --dtype bf16 \
         --head-dim ${HEAD_DIMS:-128 64} --n 1024 2048 4096 8192 16384 --paths "${paths[@]}" \
         --out "$out/bench-square.json" --plot "$out/plots" --table "$out/measured.json" || true
       ;;
     masks)
-      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv.bench --suite ${SUITES:-decode gqa window padding long} \
+      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv_lab.bench --suite ${SUITES:-decode gqa window padding long} \
         --dtype bf16 --head-dim 128 --paths "${paths[@]}" \
         --out "$out/bench-masks.json" --table "$out/measured.json" || true
       ;;

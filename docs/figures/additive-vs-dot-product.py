@@ -1,10 +1,10 @@
 """Figures for the post "Additive vs dot-product attention".
 
 `additive-vs-dot-product-time`: one forward pass of each classic module and of each stage of the additive
-score, read from the run that `python -m qkv.classic_bench` recorded (`qkv.data.recorded`), with that run's
+score, read from the run that `python -m qkv_lab.classic_bench` recorded (`qkv_lab.results.recorded`), with that run's
 device, torch version, thread count and date in the title.
 `additive-vs-dot-product-weights`: the weights of the four scores for the same queries and keys.
-`additive-vs-dot-product-alignment`: the alignment that `qkv.toys.train_aligner` learns on the reverse task.
+`additive-vs-dot-product-alignment`: the alignment that `qkv_lab.toys.train_aligner` learns on the reverse task.
 """
 
 import functools
@@ -13,8 +13,8 @@ import torch
 from matplotlib.figure import Figure
 
 from qkv import AdditiveAttention, LuongAttention
-from qkv.data import recorded
-from qkv.toys import reverse_task, train_aligner
+from qkv_lab.results import recorded
+from qkv_lab.toys import reverse_task, train_aligner
 
 LABELS = {
     "additive": "additive (Bahdanau)",

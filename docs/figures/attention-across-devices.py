@@ -2,8 +2,8 @@
 
 `attention-across-devices-ring`: `qkv.ring_schedule` for 4 ranks, without and with the causal mask: which
 rank's key and value block each rank attends to at each step, and the steps that compute nothing.
-`attention-across-devices-communication`: the recorded run of `python -m qkv.ring_bench`
-(`src/qkv/data/attention-across-devices.json`): the ring's time, its computation alone and its communication alone
+`attention-across-devices-communication`: the recorded run of `python -m qkv_lab.ring_bench`
+(`src/qkv_lab/results/attention-across-devices.json`): the ring's time, its computation alone and its communication alone
 against N, for 2 and 4 processes.
 """
 
@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 import qkv
-from qkv.data import recorded
+from qkv_lab.results import recorded
 
 WORLD = 4
 

@@ -3,7 +3,7 @@
 `decoding-masks`: the masks of a prefill of 4 tokens, a chunk of 2 more, and one decoded token, each as a 0/1
 grid of `qkv.causal_mask(..., alignment="bottom_right")`. `decoding-cache-memory`: the KV cache per token of
 four published model configurations (the post's table). `decoding-step-time`: the time of one decoding step
-with and without a cache against the context length, read from `src/qkv/data/decoding.json` (`qkv.data.recorded`), which
+with and without a cache against the context length, read from `src/qkv_lab/results/decoding.json` (`qkv_lab.results.recorded`), which
 
     python docs/figures/decoding.py
 
@@ -26,7 +26,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from torch import nn
 
 import qkv
-from qkv.data import recorded
+from qkv_lab.results import recorded
 
 BENCHMARK = (
     Path(__file__).parents[2] / "src" / "qkv" / "data" / "decoding.json"

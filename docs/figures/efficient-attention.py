@@ -1,10 +1,10 @@
 """Figures for the post "Efficient attention".
 
 `efficient-attention-scaling`: time and peak memory against N for every method, from the benchmark recorded in
-`src/qkv/data/efficient-attention.json` by `python -m qkv.efficient_bench` (device, torch and date in the title).
+`src/qkv_lab/results/efficient-attention.json` by `python -m qkv_lab.efficient_bench` (device, torch and date in the title).
 `efficient-attention-patterns`: the four sparse patterns of `qkv.sparse_mask` at N = 32 as 0/1 grids, with the
 8 x 8 tiles that `qkv.block_layout` keeps shaded. `efficient-attention-performer`: Performer's error against the
-number of random features (`qkv.efficient_bench.performer_errors`). `efficient-attention-tradeoff`: each
+number of random features (`qkv_lab.efficient_bench.performer_errors`). `efficient-attention-tradeoff`: each
 method's error on the two families of inputs against its recorded time at N = 4096.
 """
 
@@ -16,8 +16,8 @@ from _style import kinds_cmap
 from matplotlib.figure import Figure
 
 import qkv
-from qkv import efficient_bench
-from qkv.data import recorded
+from qkv_lab import efficient_bench
+from qkv_lab.results import recorded
 
 STYLE = {  # one colour of the cycle and one marker per method, the same in every figure
     "exact": ("C6", "o"),

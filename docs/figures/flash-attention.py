@@ -5,7 +5,7 @@ queries and keys, causal and with a window of 256: never loaded, computed withou
 classes come from `qkv.kernels.tiles`, the functions the kernel itself calls.
 
 `flash-attention-h100-full` and `flash-attention-h100-causal`: TFLOP/s against N on an H100, forward and
-forward + backward, from the recorded run `qkv.data.recorded("flash-attention")` (`benchmarks/gpu.sh`); the
+forward + backward, from the recorded run `qkv_lab.results.recorded("flash-attention")` (`benchmarks/gpu.sh`); the
 build measures nothing.
 """
 
@@ -16,8 +16,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from qkv.data import recorded
 from qkv.kernels.tiles import classify_tiles, key_bounds, tile_ranges
+from qkv_lab.results import recorded
 
 N, BLOCK_M, BLOCK_N = 1024, 128, 64
 KINDS = {"empty": "never loaded", "partial": "masked", "full": "no mask"}  # from faint to strong

@@ -1,10 +1,10 @@
 """Figures for the post "Multi-head attention".
 
-`multi-head-attention-heads`: the per-head attention weights of `qkv.examples.position_heads`, the hand-set
+`multi-head-attention-heads`: the per-head attention weights of `qkv_lab.examples.position_heads`, the hand-set
 module that the post includes and whose heads it asserts (the previous token, the token itself, the next
 token and the first token).
 `multi-head-attention-induction`: the previous-token head of layer 1 and the induction head of layer 2 of
-`qkv.toys.train_induction`'s model, on a fresh sequence of 8 tokens repeated once.
+`qkv_lab.toys.train_induction`'s model, on a fresh sequence of 8 tokens repeated once.
 """
 
 import functools
@@ -16,8 +16,8 @@ from matplotlib.figure import Figure
 from torch.overrides import TorchFunctionMode
 
 import qkv
-from qkv.examples import position_heads
-from qkv.toys import induction_scores, previous_token_scores, repeated_segments, train_induction
+from qkv_lab.examples import position_heads
+from qkv_lab.toys import induction_scores, previous_token_scores, repeated_segments, train_induction
 
 N_TOKENS = 6
 TITLES = ("head 0: previous", "head 1: itself", "head 2: next", "head 3: first")

@@ -1,7 +1,7 @@
 """Figures for the post "Queries, keys and values".
 
 `qkv-cat-sat-heatmap`: the attention weights of "the cat sat on the mat" with the hand-made embeddings and
-projections of `qkv.examples.cat_sat`, which the post includes and whose numbers it asserts.
+projections of `qkv_lab.examples.cat_sat`, which the post includes and whose numbers it asserts.
 """
 
 import torch
@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 import qkv
-from qkv.examples import cat_sat
+from qkv_lab.examples import cat_sat
 
 
 def cat_sat_heatmap() -> Figure:

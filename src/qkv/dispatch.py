@@ -13,7 +13,7 @@ Backends:
 
 `"auto"` picks triton where the kernels take the call, on CUDA, and where they were measured faster than
 torch on this GPU model: `qkv/kernels/measured.json` holds both backends' times, written by
-`benchmarks/gpu.sh` (`python -m qkv.bench --table`). A call takes the winner of the measured case of its kind
+`benchmarks/gpu.sh` (`python -m qkv_lab.bench --table`). A call takes the winner of the measured case of its kind
 (`call_kind`: dtype, head size, mask options, grouped heads, forward or forward+backward) nearest to it in
 `log L + log S`. Where this GPU model has no case of that kind, auto picks torch.
 
@@ -335,7 +335,7 @@ def _measured_winner(device_name: str, kind: dict, seqlen_q: int, seqlen_k: int)
 
 @functools.cache
 def _measurements() -> list[dict]:
-    """The measured cases of `qkv/kernels/measured.json` (see `qkv.bench.dispatch_table`)."""
+    """The measured cases of `qkv/kernels/measured.json` (see `qkv_lab.bench.dispatch_table`)."""
     table = importlib.resources.files("qkv.kernels").joinpath("measured.json")
     return json.loads(table.read_text(encoding="utf-8"))["cases"]
 

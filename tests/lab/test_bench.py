@@ -1,4 +1,4 @@
-"""qkv.bench: a tiny CPU run writes a report with its environment, a positive rate per path that ran, plots;
+"""qkv_lab.bench: a tiny CPU run writes a report with its environment, a positive rate per path that ran, plots;
 every case is checked before it is timed; the measured table feeds qkv.attention's auto choice."""
 
 import dataclasses
@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import qkv
-from qkv import bench, dispatch
+from qkv import dispatch
+from qkv_lab import bench
 from tests.library.reference import reference_mask
 
 TINY = ["--device", "cpu", "--n", "32", "64", "--head-dim", "16", "--dtype", "fp16"]

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from qkv import classic_bench
-from qkv.data import recorded
+from qkv_lab import classic_bench
+from qkv_lab.results import recorded
 
 
 def test_stages_compose_to_the_additive_module():

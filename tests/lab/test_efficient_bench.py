@@ -1,27 +1,15 @@
-"""The benchmark's measuring tools: peak memory from the profiler, the fitted exponent, the inputs."""
+"""The efficient-attention benchmark's tools: the fitted exponent and the inputs."""
 
 import pytest
 import torch
 
-from qkv import efficient_bench
+from qkv_lab import efficient_bench
 
 
 def test_fit_exponent_recovers_a_power_law():
     ns = [128, 256, 512, 1024]
     assert efficient_bench.fit_exponent(ns, [3 * n**2.5 for n in ns]) == pytest.approx(2.5)
     assert efficient_bench.fit_exponent(ns, [7.0] * 4) == pytest.approx(0.0, abs=1e-12)
-
-
-def test_peak_memory_counts_what_is_alive_at_once():
-    def two_then_one() -> None:
-        a = torch.ones(1024, 256)  # 1 MiB
-        b = a * 2  # 2 MiB alive
-        del a
-        c = b + 1  # still 2 MiB alive at most
-        del b, c
-
-    peak = efficient_bench.peak_memory_bytes(two_then_one)
-    assert 2 * 2**20 <= peak < 2 * 2**20 + 1024  # two MiB, and a few bytes of scalars
 
 
 def test_local_inputs_put_the_weight_near_the_diagonal():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from qkv import toys
+from qkv_lab import toys
 
 
 def test_reverse_task_targets_are_the_source_reversed():

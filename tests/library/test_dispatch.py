@@ -9,7 +9,7 @@ import torch
 
 import qkv
 from qkv import dispatch
-from qkv.kernels import flash
+from qkv.kernels import contract, flash
 from tests.library.reference import reference_attention, reference_mask
 
 KERNEL_DEVICE = "cpu" if flash.INTERPRETED else "cuda"  # where the triton backend can run here
@@ -329,9 +329,8 @@ def test_shipped_table_sends_masks_and_long_decoding_to_the_kernel_on_an_h100(mo
     # What the FlashAttention post says auto does on an H100, from the table it ships (2026-11-25 run).
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     monkeypatch.setattr(dispatch, "_device_name", lambda device: H100)
-    monkeypatch.setattr(
-        flash, "INTERPRETED", False
-    )  # the table is bfloat16, which the interpreter refuses
+    # the table is bfloat16, which the interpreter refuses
+    monkeypatch.setattr(contract, "interpreted", lambda: False)
 
     def choice(seqlen_q, seqlen_k, heads_kv=16, trained=False, **masks):
         q = meta(4, 16, seqlen_q, 128, dtype=torch.bfloat16).requires_grad_(trained)

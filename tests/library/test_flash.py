@@ -31,7 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qkv
-from qkv.kernels import flash
+from qkv.kernels import contract, flash
 from tests.library.reference import (
     assert_close_to_reference,
     reference_attention,
@@ -272,7 +272,7 @@ def test_interpreter_bfloat16_dot_is_still_broken():
 
 
 def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
-    monkeypatch.setattr(flash, "INTERPRETED", False)
+    monkeypatch.setattr(contract, "interpreted", lambda: False)
     q, k, v = (torch.randn(1, 1, 4, 16, dtype=torch.float16) for _ in range(3))
     with pytest.raises(ValueError, match=r"on the CPU \(1, 1, 4, 16\).*TRITON_INTERPRET=1"):
         qkv.flash_attention(q, k, v)

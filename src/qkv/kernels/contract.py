@@ -24,6 +24,16 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def interpreted() -> bool:
+    """Whether Triton runs the kernels in its CPU interpreter (`TRITON_INTERPRET=1` before its import).
+
+    Imports Triton: call it only where Triton is installed.
+    """
+    import triton
+
+    return triton.knobs.runtime.interpret
+
+
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0 allows 2**31 - 1)
@@ -139,14 +149,12 @@ def check_kernel_inputs(q: Tensor, k: Tensor, v: Tensor, scale: object) -> None:
     check_scale(scale)
     if not triton_installed():
         raise ValueError(NO_TRITON)
-    from qkv.kernels import flash  # Triton, and whether it interprets, are known from here on
-
-    if q.device.type == "cpu" and not flash.INTERPRETED:
+    if q.device.type == "cpu" and not interpreted():
         raise ValueError(
             f"q, k and v are on the CPU {shape(q)}: the kernels need CUDA tensors, or Triton's "
             "interpreter (TRITON_INTERPRET=1 set before triton is imported)"
         )
-    if flash.INTERPRETED and q.dtype == torch.bfloat16:
+    if interpreted() and q.dtype == torch.bfloat16:
         raise TypeError(
             "q has dtype torch.bfloat16, which Triton's interpreter cannot multiply (it reads bfloat16 "
             "tl.dot operands as 16-bit integers); use float16, or run on a GPU"

@@ -46,7 +46,7 @@ from torch import Tensor
 from qkv.kernels import contract, tiles
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
-INTERPRETED = triton.knobs.runtime.interpret  # read when the kernels below are decorated
+INTERPRETED = contract.interpreted()  # read when the kernels below are decorated
 AUTOTUNE = not INTERPRETED and os.environ.get("QKV_FLASH_AUTOTUNE", "1") != "0"
 
 

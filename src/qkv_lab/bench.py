@@ -25,9 +25,9 @@ torch's own error in the same dtype (`torch` path) plus 1e-5; a case that fails 
 timed. A path that cannot run a case is recorded, not dropped: status `unsupported` (no kernel for these
 inputs, with torch's or qkv's reason) or `oom`. FLOPs count the two matrix products for the query-key pairs
 the mask keeps, `4 * B * H * D * pairs` (`4 B H N^2 D` unmasked, about half that causal); the backward pass
-counts 2.5 times the forward. On CUDA each case is timed by `triton.testing.do_bench` (median) after a first
-call that compiles and autotunes; on CPU by `torch.utils.benchmark` (median of blocked runs), where peak
-memory is not measured.
+counts 2.5 times the forward. Each case is timed and its peak memory read by the lab's harness
+(`qkv_lab.harness`: the fastest of repeated runs, `triton.testing.do_bench` on CUDA) after a first call that
+compiles and autotunes. (The H100 run of 2026-11-25 took do_bench's median instead.)
 
 The JSON report (`--out`, rewritten after every case) holds the device, its clocks where `nvidia-smi`
 reports them (before the first case, and the SM clock again right after each case is timed), the versions of
@@ -36,7 +36,7 @@ of TFLOP/s against N per (mode, dtype, head size, causal) of the square suite. `
 `qkv-flash` and `torch` times of every case to the measured table that `qkv.attention`'s `"auto"` reads
 (`qkv/kernels/measured.json`).
 
-Usage: `python -m qkv.bench --help`; on a CPU host, e.g. `python -m qkv.bench --device cpu --n 128 256`.
+Usage: `python -m qkv_lab.bench --help`; on a CPU host, e.g. `python -m qkv_lab.bench --device cpu --n 128 256`.
 """
 
 from __future__ import annotations
@@ -44,11 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
-import importlib.metadata
 import json
-import platform
-import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -61,6 +57,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from qkv.dispatch import attention, call_kind
 from qkv.kernels import tiles
+from qkv_lab.harness import (
+    environment,
+    fastest_ms,
+    nvidia_smi_clocks,
+    peak_memory_bytes,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -161,12 +164,10 @@ def measure(case: Case, device: torch.device) -> dict:
                 return record | {"status": "wrong", "reason": reason}
             call = _make_call(case, *inputs)
             call()  # compiles, autotunes
+            record["peak_memory_bytes"] = peak_memory_bytes(call, device)
+            record["ms"] = fastest_ms(call, device)
             if device.type == "cuda":
-                record["peak_memory_bytes"] = _cuda_peak_memory(call)
-                record["ms"] = _time_cuda(call)
-                record["sm_clock_mhz"] = (_nvidia_smi_clocks() or {}).get("clocks.sm")
-            else:
-                record["ms"] = _time_cpu(call)
+                record["sm_clock_mhz"] = (nvidia_smi_clocks() or {}).get("clocks.sm")
     except torch.OutOfMemoryError:
         return record | {"status": "oom", "reason": "out of memory"}
     except (TypeError, ValueError) as error:  # qkv's checks refusing inputs, e.g. qkv-flash in fp32
@@ -267,87 +268,6 @@ def _warnings_as_reason() -> Iterator[list[str]]:
             yield reasons
         finally:
             reasons.extend(str(warning.message).splitlines()[0] for warning in caught)
-
-
-def _cuda_peak_memory(call: Callable[[], None]) -> int:
-    """Bytes allocated by one call beyond what was allocated before it."""
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    call()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - before
-
-
-def _time_cuda(call: Callable[[], None]) -> float:
-    """Median milliseconds per call by `triton.testing.do_bench` (warm-up, repetitions, L2 flushed)."""
-    import triton.testing
-
-    return triton.testing.do_bench(call, return_mode="median")
-
-
-def _time_cpu(call: Callable[[], None]) -> float:
-    """Median milliseconds per call by `torch.utils.benchmark` (blocked runs of at least 0.2 s)."""
-    from torch.utils import benchmark
-
-    timer = benchmark.Timer(
-        stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads()
-    )
-    return timer.blocked_autorange(min_run_time=0.2).median * 1e3
-
-
-def environment(device: torch.device) -> dict:
-    """Where and when the numbers were taken: device, clocks, versions, platform, UTC date."""
-    info = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": str(device),
-        "device_name": _cpu_name(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "triton": _version("triton"),
-        "cudnn": None,
-        "gpu_clocks": None,
-        "cpu_threads": torch.get_num_threads(),
-    }
-    if device.type == "cuda":
-        info["device_name"] = torch.cuda.get_device_name(device)
-        info["cudnn"] = torch.backends.cudnn.version()
-        info["gpu_clocks"] = _nvidia_smi_clocks()
-    return info
-
-
-def _cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo where there is one, else what `platform` knows."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _nvidia_smi_clocks() -> dict | None:
-    """SM and memory clocks (current and maximum, MHz) and the driver, as nvidia-smi reports them."""
-    fields = ["clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "driver_version"]
-    try:
-        result = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    values = [value.strip() for value in result.stdout.splitlines()[0].split(",")]
-    return dict(zip(fields, values, strict=False))
 
 
 def cases(args: argparse.Namespace) -> list[Case]:
@@ -454,7 +374,7 @@ def _table_entry(case: Case, ms: dict[str, float], env: dict) -> dict:
 def write_table(report: dict, path: Path) -> None:
     """Add the report's measured cases to the table at `path`, replacing earlier ones of the same case."""
     new = dispatch_table(report)
-    about = "Times of qkv.attention's triton and torch backends, measured by python -m qkv.bench --table."
+    about = "Times of qkv.attention's triton and torch backends, measured by python -m qkv_lab.bench --table."
     table = {"about": about, "cases": []}
     if path.exists():
         table = json.loads(path.read_text(encoding="utf-8"))
@@ -467,12 +387,6 @@ def write_table(report: dict, path: Path) -> None:
     replaced = {same(case) for case in new}
     table["cases"] = [case for case in table["cases"] if same(case) not in replaced] + new
     write_json(table, path)
-
-
-def write_json(data: dict, path: Path) -> None:
-    """Write `data` (a report, the measured table) to `path` as indented JSON, creating its folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool | str) -> Figure:
@@ -525,7 +439,7 @@ def plot(report: dict, directory: Path) -> list[Path]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m qkv.bench",
+        prog="python -m qkv_lab.bench",
         description="TFLOP/s and peak memory of attention implementations, forward and forward+backward.",
     )
     cuda = torch.cuda.is_available()

@@ -13,11 +13,11 @@ machine only ever adds time). Peak memory is what torch allocates during one
 call, above what was allocated before it, replayed from the allocation events of `torch.profiler`: sizes of
 tensors, not the process's resident memory, so it does not depend on the load of the machine.
 
-The JSON report (`--out`) holds the device, versions and UTC date (`qkv.bench.environment`) beside the numbers;
+The JSON report (`--out`) holds the device, versions and UTC date (`qkv_lab.harness.environment`) beside the numbers;
 `fit_exponent` fits `time ~ N^p` to a report's rows. `inputs` also makes the two families of inputs the quality
 comparison uses (`"local"`: attention concentrated near the diagonal, `"diffuse"`: spread over every key).
 
-Usage: `python -m qkv.efficient_bench --out src/qkv/data/efficient-attention.json`.
+Usage: `python -m qkv_lab.efficient_bench --out src/qkv_lab/results/efficient-attention.json`.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.profiler import ProfilerActivity, profile
 
 from qkv import efficient
-from qkv.bench import environment, write_json
 from qkv.functional import scaled_dot_product_attention
 from qkv.masks import sliding_window_mask
+from qkv_lab.harness import environment, fastest_ms, peak_memory_bytes, write_json
 
+CPU = torch.device("cpu")  # the lab's CPU benchmarks run here
 WINDOW = 128  # keys per query for the sliding window
 BAND = 64  # half-width of the Longformer band, and the tile of the block-sparse computation
 FEATURES = 256  # Performer's random features
@@ -164,34 +164,6 @@ def _relative(out: Tensor, exact: Tensor) -> float:
     return float((out - exact).norm() / exact.norm())
 
 
-def peak_memory_bytes(call: Callable[[], object]) -> int:
-    """Most bytes torch held at once during `call()`, above what it held before, from the profiler's events."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        call()
-    changes = [
-        (event.time_range.start, event.cpu_memory_usage)
-        if event.name == "[memory]"  # a free (or allocation) outside any operator
-        else (event.time_range.start, event.self_cpu_memory_usage)
-        for event in profiler.events()
-    ]
-    held = peak = 0
-    for _, change in sorted(changes, key=lambda item: item[0]):
-        held += change
-        peak = max(peak, held)
-    return peak
-
-
-def fastest_ms(call: Callable[[], object], min_run_time: float = 1.0) -> float:
-    """Milliseconds per call of the fastest of `torch.utils.benchmark`'s blocked runs.
-
-    The fastest run, not the median: on a shared machine, other work only ever adds time.
-    """
-    from torch.utils import benchmark
-
-    timer = benchmark.Timer(stmt="call()", globals={"call": call})
-    return min(timer.blocked_autorange(min_run_time=min_run_time).times) * 1e3
-
-
 def fit_exponent(ns: list[int], values: list[float]) -> float:
     """The slope `p` of the least-squares line through `(log N, log value)`: `value ~ N^p`."""
     x = torch.tensor(ns, dtype=torch.float64).log()
@@ -218,9 +190,9 @@ def run(ns: list[int], exact_max: int, rounds: int = 3, progress: bool = True) -
             q, k, v = inputs(n)
             call = functools.partial(methods(n)[name], q, k, v)
             call()  # warm-up
-            ms[n, name] = min(ms[n, name], fastest_ms(call, min_run_time=0.3))
+            ms[n, name] = min(ms[n, name], fastest_ms(call, CPU, min_run_time=0.3))
             if round_ == 0:
-                memory[n, name] = peak_memory_bytes(call)
+                memory[n, name] = peak_memory_bytes(call, CPU)
     if progress:
         print(file=sys.stderr)
     rows = [
@@ -236,7 +208,7 @@ def run(ns: list[int], exact_max: int, rounds: int = 3, progress: bool = True) -
         "rounds": rounds,
     }
     return {
-        "environment": environment(torch.device("cpu")),
+        "environment": environment(CPU),
         "shape": shape,
         "settings": settings,
         "results": rows,
@@ -244,7 +216,7 @@ def run(ns: list[int], exact_max: int, rounds: int = 3, progress: bool = True) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv.efficient_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m qkv_lab.efficient_bench", description=__doc__)
     parser.add_argument("--n", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
     parser.add_argument(
         "--exact-max",

@@ -14,11 +14,11 @@ attention over the whole sequence on one process.
 
 Two ways to start it:
 
-- `python -m qkv.ring_bench --world 2 4` starts that many CPU processes on this machine (gloo on loopback);
-- `torchrun --nproc-per-node 8 -m qkv.ring_bench --device cuda` runs one process per GPU (NCCL); torchrun
+- `python -m qkv_lab.ring_bench --world 2 4` starts that many CPU processes on this machine (gloo on loopback);
+- `torchrun --nproc-per-node 8 -m qkv_lab.ring_bench --device cuda` runs one process per GPU (NCCL); torchrun
   sets the rank and the address of the group in the environment.
 
-The JSON report (`--out`) holds the device, versions and UTC date (`qkv.bench.environment`) beside the numbers.
+The JSON report (`--out`) holds the device, versions and UTC date (`qkv_lab.harness.environment`) beside the numbers.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from qkv.bench import environment, write_json
 from qkv.distributed import (
     _attend,
     _check_shards,
@@ -48,6 +47,7 @@ from qkv.distributed import (
     ring_attention,
     ring_schedule,
 )
+from qkv_lab.harness import environment, write_json
 
 BATCH, HEADS, HEAD_DIM = 1, 2, 64
 
@@ -55,7 +55,7 @@ BATCH, HEADS, HEAD_DIM = 1, 2, 64
 def run(world: int, ns: list[int], causal: bool = False, repeats: int = 5) -> list[dict]:
     """Start `world` CPU processes joined by gloo on loopback, measure every N, return rank 0's rows.
 
-    Each process is a fresh `python -m qkv.ring_bench --rank r`, never a copy of the caller: a script that
+    Each process is a fresh `python -m qkv_lab.ring_bench --rank r`, never a copy of the caller: a script that
     calls `run` at its top level needs no `if __name__ == "__main__":` guard (with multiprocessing's spawn,
     every process would run that script again from the top).
 
@@ -65,7 +65,15 @@ def run(world: int, ns: list[int], causal: bool = False, repeats: int = 5) -> li
     with socket.socket() as probe:  # a free port for the group's rendezvous
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "qkv.ring_bench", "--world", str(world), "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "qkv_lab.ring_bench",
+        "--world",
+        str(world),
+        "--port",
+        str(port),
+    ]
     command += ["--n", *map(str, ns), "--repeats", str(repeats), *(["--causal"] if causal else [])]
     processes = [
         subprocess.Popen([*command, "--rank", str(rank)], stdout=subprocess.PIPE, text=True)
@@ -182,7 +190,7 @@ def _under_torchrun(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv.ring_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m qkv_lab.ring_bench", description=__doc__)
     parser.add_argument("--world", type=int, nargs="+", default=[2, 4], help="processes to start")
     parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     parser.add_argument("--causal", action="store_true")

@@ -15,11 +15,11 @@ longest N (`B * N * N * hidden` floats), each written into a new tensor (as the 
 that already exists (`out=`): `add` (`x + 1`), `tanh` and `sigmoid`, with the minor page faults of one
 call (memory the operating system maps on first touch; Linux and macOS, None elsewhere).
 
-Times are `qkv.efficient_bench.fastest_ms` (the fastest of blocked runs), and the whole sweep runs `rounds`
+Times are `qkv_lab.harness.fastest_ms` (the fastest of blocked runs), and the whole sweep runs `rounds`
 times, each case keeping its fastest round. The JSON report (`--out`) holds the device, versions, thread count
-and UTC date (`qkv.bench.environment`) beside the numbers.
+and UTC date (`qkv_lab.harness.environment`) beside the numbers.
 
-Usage: `python -m qkv.classic_bench --threads 1 --out src/qkv/data/additive-vs-dot-product.json`.
+Usage: `python -m qkv_lab.classic_bench --threads 1 --out src/qkv_lab/results/additive-vs-dot-product.json`.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ try:
 except ImportError:  # Windows
     resource = None
 
-from qkv.bench import environment
 from qkv.classic import AdditiveAttention, LuongAttention
-from qkv.efficient_bench import fastest_ms
 from qkv.functional import safe_softmax
+from qkv_lab.harness import environment, fastest_ms
 
+CPU = torch.device("cpu")  # the lab's CPU benchmarks run here
 BATCH, DIM = 4, 64  # the additive module's hidden width is DIM too
 LENGTHS = (32, 64, 128, 256)  # L = S = N
 MODULES = ("additive", "concat", "general", "dot")
@@ -115,15 +115,15 @@ def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float
                 for (kind, name), call in cases.items():
                     call()  # warm-up
                     best = ms.get((kind, name, n), math.inf)
-                    ms[kind, name, n] = min(best, fastest_ms(call, min_run_time=min_run_time))
+                    ms[kind, name, n] = min(best, fastest_ms(call, CPU, min_run_time))
             numel = BATCH * max(lengths) ** 2 * DIM  # the (B, N, N, hidden) tensor at the longest N
             for (name, into), call in elementwise(numel).items():
                 call()  # warm-up
                 best = ms.get(("elementwise", name, into), math.inf)
-                ms["elementwise", name, into] = min(best, fastest_ms(call, min_run_time))
+                ms["elementwise", name, into] = min(best, fastest_ms(call, CPU, min_run_time))
                 faults["elementwise", name, into] = page_faults(call)
     return {
-        "environment": environment(torch.device("cpu")),
+        "environment": environment(CPU),
         "shape": {"batch": BATCH, "dim": DIM, "hidden": DIM, "dtype": "float32"},
         "settings": {"rounds": rounds, "min_run_time_s": min_run_time},
         "results": [
@@ -150,7 +150,7 @@ def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv.classic_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m qkv_lab.classic_bench", description=__doc__)
     parser.add_argument("--n", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--rounds", type=int, default=3, help="sweeps; each case keeps its fastest")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")

@@ -1,7 +1,7 @@
 """Benchmark reports recorded for the articles, shipped with the package so that any reader can load them.
 
 Each report holds its numbers next to the device, the versions and the date it was measured with. The
-benchmark modules write them (`python -m qkv.efficient_bench --out src/qkv/data/efficient-attention.json`).
+benchmark modules write them (`python -m qkv_lab.efficient_bench --out src/qkv_lab/results/efficient-attention.json`).
 """
 
 import json
