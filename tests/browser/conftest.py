@@ -1,13 +1,14 @@
 """Fixtures of the browser tests: the site built once, served on 127.0.0.1, and every page visited once.
 
-The site is built by `tests.site.build_site` (`mkdocs build --strict`) into a temporary folder, with
-`SITE_URL` set to the address it is served from (Material's instant navigation works only when `site_url`
-matches it): the server binds a free port first, then the build runs. One headless Chromium (Debian's `chromium`) is shared by all tests;
+The site is the one the site tests built (`tests.site.build.build_site`, `mkdocs build --strict`, shared
+through `build/`), served at the address it was built for; if that port is taken, it is built anew for a free
+port. One headless Chromium (Debian's `chromium`) is shared by all tests;
 each page is visited in its own context by `visit.visit`, and the tests read the records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import yaml
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.visit import Visit, visit
-from tests.site.build import ROOT, build_site, serve
+from tests.site.build import LOCAL_PORT, LOCAL_URL, ROOT, build_site, serve, site_folder
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -88,10 +89,19 @@ def _pages(folder: Path) -> tuple[str, ...]:
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp("site")
-    with serve(folder) as url:  # the port first: the build needs the address it will be served from
+    """The site served where the site tests built it (`LOCAL_URL`), so that their build is reused.
+
+    If that port is taken, the site is built anew for a free port (the build needs the address first).
+    """
+    with contextlib.ExitStack() as stack:
         try:
-            build_site(folder, site_url=url)
+            folder = site_folder(LOCAL_URL)
+            url = stack.enter_context(serve(folder, port=LOCAL_PORT))
+        except OSError:
+            folder = tmp_path_factory.mktemp("site")
+            url = stack.enter_context(serve(folder))
+        try:
+            folder = build_site(None if url == LOCAL_URL else folder, site_url=url)
         except RuntimeError as error:
             pytest.fail(str(error))
         yield Site(folder, url, _pages(folder))
