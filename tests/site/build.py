@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -55,9 +54,10 @@ def site_folder(site_url: str = LOCAL_URL) -> Path:
             skipped = {"__pycache__", "node_modules", ".ruff_cache"}.intersection(file.parts)
             if file.is_file() and not skipped:
                 digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
-    docs_extra = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
-        "optional-dependencies"
-    ]["docs"]
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    docs_extra = re.findall(
+        r'^    "([^"]+)",', re.search(r"^docs = \[\n(.*?)^\]", pyproject, re.M | re.S)[1], re.M
+    )
     for requirement in sorted(docs_extra):
         name = re.match(r"[A-Za-z0-9._-]+", requirement)[0]
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
