@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from qkv._checks import check_sizes
 from qkv.classic import AdditiveAttention
 from qkv.multihead import MultiHeadAttention
+from qkv_lab.remember import remembered
 
 
 @contextlib.contextmanager
@@ -211,3 +212,55 @@ def induction_scores(weights: Tensor, n: Tensor) -> Tensor:
 
 
 # --8<-- [end:scores]
+
+
+# --8<-- [start:max-token]
+VOCAB, LENGTH, WIDTH, DEPTH = 16, 12, 32, 6
+
+
+def max_token_batch(generator: torch.Generator, batch: int = 32) -> tuple[Tensor, Tensor]:
+    """Random `tokens (B, N)` and the target at every position: the sequence's largest token."""
+    tokens = torch.randint(0, VOCAB, (batch, LENGTH), generator=generator)  # (B, N)
+    return tokens, tokens.max(dim=1, keepdim=True).values.expand(batch, LENGTH)  # (B, N)
+
+
+class MaxTokenStack(nn.Module):
+    """Six of torch's encoder layers, post-LN (`pre_ln=False`, the original Transformer) or pre-LN."""
+
+    def __init__(self, pre_ln: bool) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        layer = {"dropout": 0.0, "activation": "gelu", "batch_first": True, "norm_first": pre_ln}
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(WIDTH, 4, 2 * WIDTH, **layer) for _ in range(DEPTH)
+        )
+        self.final_norm = nn.LayerNorm(WIDTH) if pre_ln else nn.Identity()  # pre-LN ends with one
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, tokens: Tensor) -> Tensor:  # (B, N) -> logits (B, N, VOCAB)
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.final_norm(x))
+
+
+@remembered
+def train_max_token(pre_ln: bool, steps: int = 120, lr: float = 1e-2, seed: int = 0) -> list[float]:
+    """Adam from the first step (no warm-up); the loss of every step. Same seed: same weights, batches."""
+    torch.manual_seed(seed)
+    model = MaxTokenStack(pre_ln)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed + 100)
+    losses = []
+    with _one_thread():
+        for _ in range(steps):
+            tokens, target = max_token_batch(generator)
+            loss = F.cross_entropy(model(tokens).flatten(0, 1), target.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+# --8<-- [end:max-token]
