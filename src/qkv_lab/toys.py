@@ -7,7 +7,9 @@
 
 Each `train_*` function draws its data from its own seeded generator and returns the trained model in eval
 mode; the result is the same for the same seed on the same machine (other machines may differ in the last
-bits of a float, so assert behaviour, not numbers).
+bits of a float, so assert behaviour, not numbers). Each `measure_*` function trains one seed and returns
+plain numbers measured on test sequences from a generator that no training run uses (`TEST_SEED`); they
+are `@remembered`, so the articles' five seeds train once.
 """
 
 import contextlib
@@ -105,6 +107,38 @@ def train_aligner(
 
 
 # --8<-- [end:reverse]
+
+
+# --8<-- [start:alignment]
+TEST_SEED = 1000  # the generator of the test sequences: no training run here uses it
+
+
+@remembered
+def measure_aligner(seed: int) -> dict[str, float]:
+    """Train `train_aligner(seed=seed)` and measure it on 256 test sequences of 8 tokens from 10.
+
+    Returns plain numbers: `accuracy`, the fraction of output tokens right; `reads`, the fraction of output
+    steps `i` whose largest weight is on source position `S - 1 - i`; `on_anti_diagonal`, the mean weight
+    there; `largest`, the mean of each step's largest weight; `b_start` and `b_trained`, the bound
+    `sum_k |v_a,k|` on the scores before and after training.
+    """
+    model = train_aligner(vocab=10, length=8, seed=seed)
+    untrained = train_aligner(vocab=10, length=8, steps=0, seed=seed)  # the same initial weights
+    source, target = reverse_task(256, 8, 10, torch.Generator().manual_seed(TEST_SEED))
+    with torch.no_grad():
+        logits, weights = model(source)  # (256, 8, 10), (256, 8, 8)
+    steps = torch.arange(8)  # output step i should read source position 7 - i
+    return {
+        "accuracy": (logits.argmax(-1) == target).float().mean().item(),
+        "reads": (weights.argmax(-1) == 7 - steps).float().mean().item(),
+        "on_anti_diagonal": weights[:, steps, 7 - steps].mean().item(),
+        "largest": weights.max(-1).values.mean().item(),
+        "b_start": untrained.attention.score.weight.abs().sum().item(),
+        "b_trained": model.attention.score.weight.abs().sum().item(),
+    }
+
+
+# --8<-- [end:alignment]
 
 
 # --8<-- [start:induction]
@@ -212,6 +246,69 @@ def induction_scores(weights: Tensor, n: Tensor) -> Tensor:
 
 
 # --8<-- [end:scores]
+
+
+# --8<-- [start:ablation]
+@contextlib.contextmanager
+def head_removed(layer: MultiHeadAttention, head: int) -> Iterator[None]:
+    """Inside the block, `layer` runs without `head`: its slice `W_O^head` of the output projection is zero.
+
+    `out_proj.weight` is `(E, E)` as (out, in); the head's slice is its columns `head * d` to
+    `(head + 1) * d`, `d = head_dim`. The weight is restored on leaving the block.
+    """
+    d = layer.head_dim
+    saved = layer.out_proj.weight.detach().clone()
+    with torch.no_grad():
+        layer.out_proj.weight[:, head * d : (head + 1) * d] = 0
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            layer.out_proj.weight.copy_(saved)
+
+
+# --8<-- [end:ablation]
+
+
+# --8<-- [start:induction-measure]
+@remembered
+def measure_induction(seed: int) -> dict[str, float | list[float]]:
+    """Train `train_induction(seed=seed)` and measure it on 512 test sequences of 24 tokens from 32.
+
+    Returns plain numbers, lists having one entry per head: `accuracy` on the tokens that can be known;
+    `previous_1`, `induction_1`, `previous_2`, `induction_2`: the heads' scores in layers 1 and 2; `late_1`,
+    the weight that layer 1's heads put on the token before from position 12 on (past every first copy);
+    `without_1`, the accuracy with each head of layer 1 removed.
+    """
+    model = train_induction(vocab=32, length=24, heads=2, seed=seed)
+    tokens, n = repeated_segments(512, 24, 32, torch.Generator().manual_seed(TEST_SEED))
+    scored = predictable(n, 24)[:, :-1]  # (B, N - 1): where the next token can be known
+
+    def accuracy() -> float:
+        with torch.no_grad():
+            logits, _ = model(tokens)  # (B, N, vocab)
+        correct = logits[:, :-1].argmax(-1) == tokens[:, 1:]  # (B, N - 1)
+        return correct[scored].float().mean().item()
+
+    without = []
+    for head in range(2):
+        with head_removed(model.layers[0], head):
+            without.append(accuracy())
+    with torch.no_grad():
+        _, (first, second) = model(tokens)  # (B, H, N, N) each
+    late = torch.arange(12, 24)  # queries that no first copy reaches
+    return {
+        "accuracy": accuracy(),
+        "previous_1": previous_token_scores(first, n).tolist(),
+        "induction_1": induction_scores(first, n).tolist(),
+        "previous_2": previous_token_scores(second, n).tolist(),
+        "induction_2": induction_scores(second, n).tolist(),
+        "late_1": first[:, :, late, late - 1].mean((0, 2)).tolist(),  # (B, H, 12) -> (H,)
+        "without_1": without,
+    }
+
+
+# --8<-- [end:induction-measure]
 
 
 # --8<-- [start:max-token]
