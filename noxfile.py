@@ -40,7 +40,9 @@ def browser(session: nox.Session) -> None:
     """Build the site, serve it on 127.0.0.1 and check every page in headless Chromium."""
     _ensure_chromium(session)
     session.install(*CONSTRAINTS, "-e", ".[test,docs,browser]")
-    session.run("pytest", "tests/browser", *session.posargs, env=DOCS_ENV)
+    # two groups side by side: the reader's run, and the pages (tests/browser/conftest.py)
+    parallel = ("-n", "2", "--dist", "loadgroup")
+    session.run("pytest", "tests/browser", *parallel, *session.posargs, env=DOCS_ENV)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -1,15 +1,20 @@
-"""Fixtures of the browser tests: the site built once, served on 127.0.0.1, and every page visited once.
+"""Fixtures of the browser tests: the site built once and served on 127.0.0.1, every page visited once.
 
 The site is the one the site tests built (`tests.site.build.build_site`, `mkdocs build --strict`, shared
-through `build/`), served at the address it was built for; if that port is taken, it is built anew for a free
-port. One headless Chromium (Debian's `chromium`) is shared by all tests;
-each page is visited in its own context by `visit.visit`, and the tests read the records.
+through `build/`), served by the main pytest process at the address it was built for (`pytest_configure`); if
+that port is taken, it is built anew for a free port. The tests run in two groups side by side (`pytest -n 2
+--dist loadgroup`, as `nox -s browser` does): the reader's run (`test_reader.py`, `test_install.py`) and the
+pages. Within a group, one headless Chromium (Debian's `chromium`) is shared by all tests; each page is visited
+in its own context by `visit.visit`, and the tests read the records.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +40,7 @@ CHROMIUM_ARGS = [
 PAGE_BUDGET_BYTES = 750_000  # heaviest page 682,485 on 2026-11-24 (the scaling article)
 
 _visits: dict[str, Visit] = {}
+_numbers: dict[str, tuple[int, int]] = {}  # path -> (bytes, formulas), from the xdist workers
 
 
 @dataclass(frozen=True)
@@ -87,24 +93,50 @@ def _pages(folder: Path) -> tuple[str, ...]:
     return tuple("" if page == "./" else page for page in pages)
 
 
-@pytest.fixture(scope="session")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """The site served where the site tests built it (`LOCAL_URL`), so that their build is reused.
+SITE = "QKV_TEST_SITE"  # the folder and the address of the served site, for the xdist workers
+_serving = pytest.StashKey[contextlib.ExitStack]()
 
-    If that port is taken, the site is built anew for a free port (the build needs the address first).
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Serve the site for the whole run, from the main process (the xdist workers inherit its address).
+
+    The site is the one the site tests built for `LOCAL_URL`, served there, so that their build is reused;
+    if that port is taken, it is built anew for a free port (the build needs the address first).
     """
-    with contextlib.ExitStack() as stack:
-        try:
-            folder = site_folder(LOCAL_URL)
-            url = stack.enter_context(serve(folder, port=LOCAL_PORT))
-        except OSError:
-            folder = tmp_path_factory.mktemp("site")
-            url = stack.enter_context(serve(folder))
-        try:
-            folder = build_site(None if url == LOCAL_URL else folder, site_url=url)
-        except RuntimeError as error:
-            pytest.fail(str(error))
-        yield Site(folder, url, _pages(folder))
+    if hasattr(config, "workerinput"):  # an xdist worker: the main process serves
+        return
+    stack = config.stash[_serving] = contextlib.ExitStack()
+    try:
+        folder = site_folder(LOCAL_URL)
+        url = stack.enter_context(serve(folder, port=LOCAL_PORT))
+    except OSError:
+        folder = Path(tempfile.mkdtemp(prefix="qkv-site-"))
+        url = stack.enter_context(serve(folder))
+    try:
+        folder = build_site(None if url == LOCAL_URL else folder, site_url=url)
+    except RuntimeError as error:
+        stack.close()
+        raise pytest.UsageError(str(error)) from None
+    os.environ[SITE] = json.dumps([str(folder), url])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _serving in config.stash:
+        config.stash[_serving].close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Two groups that `pytest -n 2 --dist loadgroup` runs side by side: the reader's run, and the pages."""
+    for item in items:
+        reader = item.path.name in ("test_reader.py", "test_install.py")
+        item.add_marker(pytest.mark.xdist_group("reader" if reader else "pages"))
+
+
+@pytest.fixture(scope="session")
+def site() -> Site:
+    """The site that `pytest_configure` serves."""
+    folder, url = json.loads(os.environ[SITE])
+    return Site(Path(folder), url, _pages(Path(folder)))
 
 
 @pytest.fixture(scope="session")
@@ -125,18 +157,34 @@ def visits(site: Site, browser: Browser) -> list[Visit]:
     return list(_visits.values())
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker, hand the pages' numbers to the main process for the summary."""
+    if hasattr(session.config, "workeroutput"):
+        numbers = [[record.path, record.bytes, record.formulas] for record in _visits.values()]
+        session.config.workeroutput["visits"] = json.dumps(numbers)
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    """In the main process, collect the pages' numbers from each xdist worker as it finishes."""
+    for path, size, formulas in json.loads(getattr(node, "workeroutput", {}).get("visits", "[]")):
+        _numbers[path] = (size, formulas)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The numbers for the record: pages visited, formulas typeset, page weights and the budget."""
-    if not _visits:
+    numbers = _numbers | {
+        record.path: (record.bytes, record.formulas) for record in _visits.values()
+    }
+    if not numbers:
         return
     write = terminalreporter.write_line
     terminalreporter.section("site in the browser")
-    for record in sorted(_visits.values(), key=lambda record: -record.bytes):
-        write(f"{record.bytes:>10,} B  {record.formulas:>4} formulas  /{record.path}")
-    heaviest = max(_visits.values(), key=lambda record: record.bytes)
-    write(f"pages visited: {len(_visits)}")
-    write(f"formulas typeset: {sum(record.formulas for record in _visits.values())}")
+    for path, (size, formulas) in sorted(numbers.items(), key=lambda item: -item[1][0]):
+        write(f"{size:>10,} B  {formulas:>4} formulas  /{path}")
+    heaviest = max(numbers, key=lambda path: numbers[path][0])
+    write(f"pages visited: {len(numbers)}")
+    write(f"formulas typeset: {sum(formulas for _, formulas in numbers.values())}")
     write(
-        f"heaviest page: /{heaviest.path} at {heaviest.bytes:,} bytes "
+        f"heaviest page: /{heaviest} at {numbers[heaviest][0]:,} bytes "
         f"(budget {PAGE_BUDGET_BYTES:,} bytes per page)"
     )
