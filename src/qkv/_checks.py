@@ -93,15 +93,17 @@ def check_attention_inputs(
     query: Tensor,
     key: Tensor,
     value: Tensor | None,
-    attn_mask: Tensor | None,
-    is_causal: bool,
     scale: float | None,
     enable_gqa: bool,
     dropout_p: float = 0.0,
-) -> None:
+) -> tuple[int, ...]:
     """Raise, naming the argument and the shapes, unless the inputs make a well-formed attention call.
 
     The batch dimensions `...` of query, key and value broadcast against each other, as in torch's function.
+    The masks are `qkv.masks.parse_mask`'s to check.
+
+    Returns:
+        The shape of the scores, `(..., L, S)`.
     """
     tensors = {"query": query, "key": key, "value": value}
     tensors = {name: x for name, x in tensors.items() if x is not None}
@@ -128,14 +130,10 @@ def check_attention_inputs(
     except RuntimeError:
         given = ", ".join(f"{name} {shape(x)}" for name, x in tensors.items())
         raise ValueError(f"the batch dimensions (...) do not broadcast: {given}") from None
-    if attn_mask is not None:
-        if is_causal:
-            raise ValueError("pass either attn_mask or is_causal=True, not both")
-        batch = torch.broadcast_shapes(batches["query"], batches["key"])
-        check_mask("attn_mask", attn_mask, query)
-        check_broadcast("attn_mask", attn_mask, (*batch, query.size(-2), key.size(-2)))
     check_scale(scale)
     check_probability("dropout_p", dropout_p)
+    batch = torch.broadcast_shapes(batches["query"], batches["key"])
+    return (*batch, query.size(-2), key.size(-2))
 
 
 def check_scale(scale: object) -> None:

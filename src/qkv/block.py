@@ -22,7 +22,7 @@ from qkv._checks import (
     check_sizes,
 )
 from qkv.cache import KVCache
-from qkv.kernels.contract import Causal
+from qkv.masks import Causal
 from qkv.multihead import MultiHeadAttention
 
 TorchLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer

@@ -8,8 +8,10 @@ Backends:
   for by name, also on CPU tensors under Triton's interpreter, `TRITON_INTERPRET=1`: slowly, for testing);
 - `"torch"`: `torch.nn.functional.scaled_dot_product_attention`; a bottom-right alignment, `window` and
   `key_lengths` become a boolean mask, built by `qkv.masks`;
-- `"reference"`: the package's explicit formula, `qkv.scaled_dot_product_attention`'s, on request only
-  (without its input checks: `attention` has made them).
+- `"reference"`: the package's explicit formula, `qkv.scaled_dot_product_attention`'s, on request only.
+
+Every call is checked, and its masks parsed into one `qkv.masks.Mask`, once, at the public boundary
+(`attention`, `select_backend`, `MultiHeadAttention`); the choice and the backends read that value.
 
 `"auto"` picks triton where the kernels take the call, on CUDA, and where they were measured faster than
 torch on this GPU model: `qkv/kernels/measured.json` holds both backends' times, written by
@@ -32,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qkv._checks import check_attention_inputs, shape
-from qkv.functional import _scaled_dot_product_attention
-from qkv.kernels.contract import Causal, alignment, check_kernel_inputs, check_masks
-from qkv.masks import Alignment, causal_mask, padding_mask, sliding_window_mask
+from qkv._checks import shape
+from qkv.functional import _scaled_dot_product_attention, parse_call
+from qkv.kernels import contract
+from qkv.masks import Causal, Mask
 
 Backend = Literal["auto", "triton", "torch", "reference"]
 BACKENDS = ("auto", "triton", "torch", "reference")
@@ -79,12 +81,11 @@ def select_backend(
         TypeError, ValueError: inputs `attention` rejects, an unknown backend, or `"triton"` asked for
             inputs it cannot take.
     """
-    _check(
-        query, key, value, attn_mask, is_causal, scale, dropout_p, enable_gqa, window, key_lengths
-    )
-    return _select(
-        query, key, value, attn_mask, dropout_p, backend, is_causal, scale, window, key_lengths
-    )
+    mask = _parse(
+        query, key, value, attn_mask, is_causal, scale, dropout_p, backend, enable_gqa, window,
+        key_lengths,
+    )  # fmt: skip
+    return _select(query, key, value, mask, dropout_p, backend)
 
 
 def attention(
@@ -126,189 +127,114 @@ def attention(
         TypeError, ValueError: as `qkv.scaled_dot_product_attention` and `qkv.flash_attention` for the
             mask options, `attn_mask` together with `key_lengths`, or a backend that cannot take the inputs.
     """
-    _check(
-        query, key, value, attn_mask, is_causal, scale, dropout_p, enable_gqa, window, key_lengths
+    mask = _parse(
+        query, key, value, attn_mask, is_causal, scale, dropout_p, backend, enable_gqa, window,
+        key_lengths,
+    )  # fmt: skip
+    return _attention(query, key, value, mask, dropout_p, backend, scale, enable_gqa)
+
+
+def _parse(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    is_causal: Causal,
+    scale: float | None,
+    dropout_p: float,
+    backend: Backend,
+    enable_gqa: bool,
+    window: int | None,
+    key_lengths: Tensor | None,
+) -> Mask:
+    """Check a call of `attention` or `select_backend`, whichever backend runs it; parse its masks."""
+    check_backend(backend)
+    mask = parse_call(
+        query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p, window, key_lengths
     )
-    return _attention(
-        query,
-        key,
-        value,
-        attn_mask,
-        is_causal,
-        scale,
-        dropout_p,
-        backend,
-        enable_gqa=enable_gqa,
-        window=window,
-        key_lengths=key_lengths,
-    )
+    if attn_mask is not None and attn_mask.dim() < 2:  # torch's kernels fail on it with 4-D inputs
+        raise ValueError(
+            f"attn_mask must have at least 2 dimensions (..., L, S), got shape {shape(attn_mask)}: "
+            "give a row of S flags that every query shares as (1, S)"
+        )
+    return mask
+
+
+def check_backend(backend: object) -> None:
+    """Raise unless `backend` names one of `BACKENDS`."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
 def _attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    attn_mask: Tensor | None = None,
-    is_causal: Causal = False,
-    scale: float | None = None,
+    mask: Mask,
     dropout_p: float = 0.0,
     backend: Backend = "auto",
-    *,
+    scale: float | None = None,
     enable_gqa: bool = False,
-    window: int | None = None,
-    key_lengths: Tensor | None = None,
 ) -> Tensor:
-    """`attention` without the input checks, for callers that made them."""
-    chosen = _select(
-        query, key, value, attn_mask, dropout_p, backend, is_causal, scale, window, key_lengths
-    )
+    """`attention` of checked inputs, with the masks parsed into `mask`."""
+    chosen = _select(query, key, value, mask, dropout_p, backend)
     logger.debug("attention: %s backend for query %s %s", chosen, tuple(query.shape), query.dtype)
     if chosen == "triton":
         from qkv.kernels.flash import attend
 
-        return attend(query, key, value, is_causal, scale, window, key_lengths)
-    aligned = alignment(is_causal)
-    # torch 2.13's fused CPU kernel returns NaN for is_causal with a scale <= 0; its mask path is right
-    scale_below_zero = aligned is not None and scale is not None and scale <= 0
-    if (
-        aligned == "bottom_right"
-        or window is not None
-        or key_lengths is not None
-        or scale_below_zero
-    ):
-        attn_mask, is_causal = _as_mask(query, key, aligned, window, key_lengths), False
+        return attend(query, key, value, mask, scale)
+    if chosen == "reference":
+        return _scaled_dot_product_attention(query, key, value, mask, dropout_p, scale, enable_gqa)
+    # torch's own is_causal for a top-left causal mask alone; torch 2.13's fused CPU kernel returns NaN
+    # for it with a scale <= 0, where its mask path is right
+    causal = mask.alignment == "top_left" and (scale is None or scale > 0)
+    if causal and mask.window is None and mask.key_lengths is None and mask.dense is None:
+        attn_mask = None
     else:
-        is_causal = aligned is not None
-    sdpa = F.scaled_dot_product_attention if chosen == "torch" else _scaled_dot_product_attention
-    return sdpa(
+        causal, attn_mask = False, mask.as_tensor(query.size(-2), key.size(-2), query.device)
+    return F.scaled_dot_product_attention(
         query,
         key,
         value,
         attn_mask=attn_mask,
         dropout_p=dropout_p,
-        is_causal=is_causal,
+        is_causal=causal,
         scale=scale,
         enable_gqa=enable_gqa,
     )
 
 
-def _check(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    is_causal: Causal,
-    scale: float | None,
-    dropout_p: float,
-    enable_gqa: bool,
-    window: int | None,
-    key_lengths: Tensor | None,
-) -> None:
-    """Raise unless the inputs make a well-formed call, whichever backend runs it."""
-    check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
-    if attn_mask is not None and attn_mask.dim() < 2:  # torch's kernels fail on it with 4-D inputs
-        raise ValueError(
-            f"attn_mask must have at least 2 dimensions (..., L, S), got shape {shape(attn_mask)}: "
-            "give a row of S flags that every query shares as (1, S)"
-        )
-    if key_lengths is not None and (query.dim() != 4 or key.dim() != 4):
-        raise ValueError(
-            f"key_lengths needs 4-D (B, H, N, E) query and key, got query {shape(query)}, "
-            f"key {shape(key)}"
-        )
-    if key_lengths is not None and attn_mask is not None:
-        raise ValueError("pass either attn_mask or key_lengths, not both")
-    batch = max(query.size(0), key.size(0))  # B of (B, H, N, E) as they broadcast, for key_lengths
-    check_masks(is_causal, window, key_lengths, batch, query.device, "is_causal")
-
-
 def _select(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    backend: Backend,
-    is_causal: Causal,
-    scale: float | None,
-    window: int | None,
-    key_lengths: Tensor | None,
+    query: Tensor, key: Tensor, value: Tensor, mask: Mask, dropout_p: float, backend: Backend
 ) -> str:
-    """`select_backend` without the checks, for `attention`, which made them."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    """`select_backend` of checked inputs, with the masks parsed into `mask`."""
     if backend in ("torch", "reference"):
         return backend
-    refusal = _triton_refusal(query, key, value, attn_mask, dropout_p, scale)
+    if backend == "auto" and not query.is_cuda:
+        return "torch"
+    refusal = contract.refusal(query, key, value, mask, dropout_p)
     if backend == "triton":
         if refusal is not None:
-            raise type(refusal)(f"the triton backend cannot take these inputs: {refusal}")
+            raise refusal.error(f"the triton backend cannot take these inputs: {refusal.reason}")
         return backend
-    if refusal is not None or not query.is_cuda:
+    if refusal is not None:
         return "torch"
     backward = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
-    kind = call_kind(query, key, is_causal, window, key_lengths, backward)
+    kind = call_kind(query, key, mask, backward)
     return _measured_winner(_device_name(query.device), kind, query.size(-2), key.size(-2))
 
 
-def _triton_refusal(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    scale: float | None,
-) -> Exception | None:
-    """Why the kernels cannot take a call that `attention` accepted, or None if they can."""
-    if attn_mask is not None:
-        return ValueError("the kernels take no attn_mask (masks: is_causal, window, key_lengths)")
-    if dropout_p > 0.0:
-        return ValueError(f"the kernels have no dropout, got dropout_p={dropout_p}")
-    try:
-        check_kernel_inputs(query, key, value, scale)
-    except (TypeError, ValueError) as error:
-        return error
-    return None
-
-
-def _as_mask(
-    query: Tensor,
-    key: Tensor,
-    aligned: Alignment | None,
-    window: int | None,
-    key_lengths: Tensor | None,
-) -> Tensor | None:
-    """The alignment, `window` and `key_lengths` as one bool mask, True = may attend; None if no mask."""
-    seqlen_q, seqlen_k, device = query.size(-2), key.size(-2), query.device
-    mask = None
-    if window is not None:
-        mask = sliding_window_mask(seqlen_q, window, seqlen_k, device, alignment=aligned)
-    elif aligned is not None:
-        mask = causal_mask(seqlen_q, seqlen_k, device, alignment=aligned)  # (L, S)
-    if key_lengths is not None:
-        padding = padding_mask(key_lengths.clamp(0, seqlen_k), seqlen_k)  # (B, 1, 1, S)
-        mask = padding if mask is None else mask & padding  # (B, 1, L, S)
-    return mask
-
-
-def call_kind(
-    query: Tensor,
-    key: Tensor,
-    is_causal: Causal,
-    window: int | None,
-    key_lengths: Tensor | None,
-    backward: bool,
-) -> dict:
+def call_kind(query: Tensor, key: Tensor, mask: Mask, backward: bool) -> dict:
     """What a call and a measured case must share for `"auto"` to compare them (JSON-ready)."""
-    aligned = alignment(is_causal)
+    aligned = mask.alignment
     if aligned == "bottom_right" and query.size(-2) == key.size(-2):
         aligned = "top_left"  # the same mask when L == S
     return {
         "dtype": str(query.dtype).removeprefix("torch."),
         "head_dim": query.size(-1),
         "causal": aligned or "none",
-        "window": window is not None,
-        "key_lengths": key_lengths is not None,
+        "window": mask.window is not None,
+        "key_lengths": mask.key_lengths is not None,
         "grouped": query.size(-3) != key.size(-3),
         "mode": "forward+backward" if backward else "forward",
     }

@@ -63,7 +63,7 @@ def sliding_window_attention(query: Tensor, key: Tensor, value: Tensor, window: 
         TypeError, ValueError: as `qkv.scaled_dot_product_attention`; queries and keys of different lengths;
             a `window` that is not a positive int.
     """
-    check_attention_inputs(query, key, value, None, False, None, False)
+    check_attention_inputs(query, key, value, None, False)
     check_sizes(window=window)
     _check_self_attention(query, key)
     if query.size(-2) == 0:
@@ -203,7 +203,7 @@ def block_sparse_attention(
         TypeError, ValueError: as `qkv.scaled_dot_product_attention`; a mask that is not bool `(L, S)` on the
             query's device.
     """
-    check_attention_inputs(query, key, value, None, False, None, False)
+    check_attention_inputs(query, key, value, None, False)
     _check_keep_mask(mask, (query.size(-2), key.size(-2)))
     check_mask("mask", mask, query)
     check_sizes(block_size=block_size)
@@ -262,7 +262,7 @@ def axial_attention(
             "query, key and value must share the grid (R, C) in dims -3 and -2: "
             f"query {shape(query)}, key {shape(key)}, value {shape(value)}"
         )
-    check_attention_inputs(query, key, value, None, False, None, False)  # on the grids as given
+    check_attention_inputs(query, key, value, None, False)  # on the grids as given
     # --8<-- [start:axial]
     if axis == "column":  # attend along R: make the columns the last-but-one dim
         query, key, value = (x.transpose(-3, -2) for x in (query, key, value))  # (..., C, R, E)
@@ -423,7 +423,7 @@ def linear_attention(
             `phi(q_i)^T z_i` outside the normal range of the dtype (underflow, overflow, features that are
             not positive), where the result would be NaN or lose its digits.
     """
-    check_attention_inputs(q, k, v, None, False, None, False)
+    check_attention_inputs(q, k, v, None, False)
     check_bool("causal", causal)
     check_sizes(chunk_size=chunk_size)
     phi = _feature_map(feature_map)
@@ -478,7 +478,7 @@ def linear_attention_weights(
     Raises:
         TypeError, ValueError: as `linear_attention`.
     """
-    check_attention_inputs(q, k, None, None, False, None, False)
+    check_attention_inputs(q, k, None, None, False)
     check_bool("causal", causal)
     phi = _feature_map(feature_map)
     _check_linear_inputs(q, k, causal)
@@ -584,7 +584,7 @@ def linformer_attention(query: Tensor, key: Tensor, value: Tensor, projection: T
     Raises:
         TypeError, ValueError: as `qkv.scaled_dot_product_attention`; a projection that is not `(K, S)`.
     """
-    check_attention_inputs(query, key, value, None, False, None, False)
+    check_attention_inputs(query, key, value, None, False)
     check_tensor("projection", projection, min_dim=2)
     if projection.dim() != 2 or projection.size(1) != key.size(-2):
         raise ValueError(

@@ -11,8 +11,8 @@ import math
 import torch
 from torch import Tensor
 
-from qkv._checks import check_attention_inputs, check_bool
-from qkv.masks import causal_mask
+from qkv._checks import check_attention_inputs, check_bool, shape
+from qkv.masks import Mask, parse_mask
 
 
 def attention_weights(
@@ -42,19 +42,18 @@ def attention_weights(
         ValueError: shapes that disagree, a mask that does not broadcast, or a mask together with `is_causal`.
     """
     check_bool("is_causal", is_causal)
-    check_attention_inputs(query, key, None, attn_mask, is_causal, scale, enable_gqa)
-    return _attention_weights(query, key, attn_mask, is_causal, scale, enable_gqa)
+    mask = parse_call(query, key, None, attn_mask, is_causal, scale, enable_gqa)
+    return _attention_weights(query, key, mask, scale, enable_gqa)
 
 
 def _attention_weights(
     query: Tensor,
     key: Tensor,
-    attn_mask: Tensor | None = None,
-    is_causal: bool = False,
+    mask: Mask,
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Tensor:
-    """`attention_weights` without the checks, for callers that made them."""
+    """`attention_weights` of checked inputs, with the masks parsed into `mask`."""
     output_dtype, dtype = query.dtype, _compute_dtype(query)
     query, key = query.to(dtype), key.to(dtype)
     if scale is None and query.size(-1) == 0:
@@ -64,8 +63,7 @@ def _attention_weights(
         key = _repeat_heads(key, query.size(-3) // key.size(-3))
     if scale is None:
         scale = 1 / math.sqrt(query.size(-1))
-    if is_causal:
-        attn_mask = causal_mask(query.size(-2), key.size(-2), device=query.device)
+    attn_mask = mask.as_tensor(query.size(-2), key.size(-2), query.device)
 
     scores = query @ key.transpose(-2, -1) * scale  # (..., L, E) @ (..., E, S) -> (..., L, S)
     if attn_mask is not None and attn_mask.dtype == torch.bool:
@@ -129,32 +127,67 @@ def scaled_dot_product_attention(
             or a `dropout_p` outside [0, 1].
     """
     check_bool("is_causal", is_causal)
-    check_attention_inputs(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
-    return _scaled_dot_product_attention(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-    )
+    mask = parse_call(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
+    return _scaled_dot_product_attention(query, key, value, mask, dropout_p, scale, enable_gqa)
 
 
 def _scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    attn_mask: Tensor | None = None,
+    mask: Mask,
     dropout_p: float = 0.0,
-    is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Tensor:
-    """`scaled_dot_product_attention` without the checks, for callers that made them."""
+    """`scaled_dot_product_attention` of checked inputs, with the masks parsed into `mask`."""
     output_dtype, dtype = query.dtype, _compute_dtype(query)
     query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
-    weights = _attention_weights(query, key, attn_mask, is_causal, scale, enable_gqa)
+    weights = _attention_weights(query, key, mask, scale, enable_gqa)
     if enable_gqa:
         value = _repeat_heads(value, query.size(-3) // value.size(-3))
     if dropout_p > 0.0:
         weights = torch.nn.functional.dropout(weights, p=dropout_p)
     output = weights @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
     return output.to(output_dtype)
+
+
+def parse_call(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor | None,
+    attn_mask: object,
+    is_causal: object,
+    scale: object,
+    enable_gqa: bool,
+    dropout_p: object = 0.0,
+    window: object = None,
+    key_lengths: object = None,
+) -> Mask:
+    """Check a call made as to torch's `scaled_dot_product_attention` and parse its masks, once.
+
+    The boundary of this module's public functions and of `qkv.attention`, which adds `is_causal="bottom_right"`,
+    `window` and `key_lengths`. As in torch's function, `attn_mask` excludes the other masks.
+
+    Returns:
+        The masks, parsed by `qkv.masks.parse_mask`.
+
+    Raises:
+        TypeError, ValueError: as `check_attention_inputs` and `parse_mask`; `key_lengths` without 4-D query
+            and key; `attn_mask` together with `is_causal` or `key_lengths`.
+    """
+    scores = check_attention_inputs(query, key, value, scale, enable_gqa, dropout_p)  # (..., L, S)
+    if key_lengths is not None and (query.dim() != 4 or key.dim() != 4):
+        raise ValueError(
+            f"key_lengths needs 4-D (B, H, N, E) query and key, got query {shape(query)}, "
+            f"key {shape(key)}"
+        )
+    mask = parse_mask(query, key, scores, attn_mask, is_causal, window, key_lengths)
+    if attn_mask is not None and mask.alignment is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both")
+    if attn_mask is not None and mask.key_lengths is not None:
+        raise ValueError("pass either attn_mask or key_lengths, not both")
+    return mask
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:

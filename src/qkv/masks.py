@@ -14,17 +14,191 @@ When query and key lengths differ, a causal mask has two alignments. Top-left is
     1 0 0 0 0      1 1 1 0 0
     1 1 0 0 0      1 1 1 1 0
     1 1 1 0 0      1 1 1 1 1
+
+Every public function parses the masks it is given once, with `parse_mask`, into one `Mask`: the value that
+the rest of the package passes down and that every backend reads.
 """
 
+import dataclasses
+import functools
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from qkv._checks import check_sizes, shape
+from qkv._checks import check_broadcast, check_key_mask, check_mask, check_sizes, shape
 
 Alignment = Literal["top_left", "bottom_right"]
 ALIGNMENTS = ("top_left", "bottom_right")
+Causal = bool | Alignment  # how callers say it: True means "top_left"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Mask:
+    """Which keys each query may attend, parsed once (by `parse_mask`) and read by every backend.
+
+    Query `i` of L may attend key `j` of S in batch `b` when every part given allows it:
+
+    - `alignment`: `"top_left"`, `j <= i` (torch's `is_causal`), or `"bottom_right"`, `j <= i + S - L`;
+      None: no causal mask.
+    - `window`: also `j > i + offset - window` (offset 0 top-left, `S - L` bottom-right); needs `alignment`.
+    - `key_lengths`: `(B,)` integers, `j < key_lengths[b]` (a length outside [0, S] acts as 0 or S).
+    - `dense`: bool (True = may attend) or float (added to the scores), broadcastable to the scores
+      `(..., L, S)`.
+
+    The FlashAttention kernels take the first three (the structure) and no `dense` part.
+    """
+
+    alignment: Alignment | None = None
+    window: int | None = None
+    key_lengths: Tensor | None = None
+    dense: Tensor | None = None
+
+    def as_tensor(
+        self, seqlen_q: int, seqlen_k: int, device: torch.device | str | None = None
+    ) -> Tensor | None:
+        """Every part as one mask for the formula and for torch's function; None if nothing is masked.
+
+        Returns:
+            bool (True = may attend) if every part is, else float (0 or the bias where attending is
+            allowed, `-inf` where it is not): `(L, S)` for a causal mask or window, `(B, 1, L, S)` with key
+            lengths, broadcast with `dense`'s shape.
+        """
+        parts, aligned = [], self.alignment
+        if self.window is not None:
+            parts.append(
+                sliding_window_mask(seqlen_q, self.window, seqlen_k, device, alignment=aligned)
+            )
+        elif aligned is not None:
+            parts.append(causal_mask(seqlen_q, seqlen_k, device, alignment=aligned))  # (L, S)
+        if self.key_lengths is not None:
+            lengths = self.key_lengths.clamp(0, seqlen_k)
+            parts.append(padding_mask(lengths, seqlen_k))  # (B, 1, 1, S)
+        if self.dense is not None:
+            parts.append(self.dense)
+        return functools.reduce(_both, parts) if parts else None
+
+
+def parse_mask(
+    query: Tensor,
+    key: Tensor,
+    scores: tuple[int, ...],
+    attn_mask: object = None,
+    is_causal: object = False,
+    window: object = None,
+    key_lengths: object = None,
+    *,
+    key_padding_mask: object = None,
+    causal_name: str = "is_causal",
+    mask_name: str = "attn_mask",
+) -> Mask:
+    """Check every way a caller can say "mask" and parse them into one `Mask`: the one place they are read.
+
+    A bool `key_padding_mask` that ignores a suffix of every row (True = ignore only after the last key
+    kept) becomes `key_lengths`, which the kernels take; reading it costs one device sync on a GPU. Any other
+    becomes part of `dense`, with `attn_mask`.
+
+    Args:
+        query: the queries; the masks must be on their device, float masks of float32 or their dtype.
+        key: the keys as the caller gave them; `(B, S, ·)` (`(S, ·)` unbatched) with `key_padding_mask`.
+        scores: the shape of the scores, `(..., L, S)`; `(B, H, L, S)` with `key_lengths`.
+        attn_mask: bool (True = may attend) or float (added), broadcastable to `scores`.
+        is_causal: False, True (= `"top_left"`), `"top_left"` or `"bottom_right"`.
+        window: None, or how many keys each query sees (at least 1); needs `is_causal`.
+        key_lengths: None, or an integer tensor `(B,)` on the queries' device.
+        key_padding_mask: `nn.MultiheadAttention`'s: `(B, S)` (`(S,)` unbatched, a dimension of size 1
+            broadcasts), bool (True = IGNORE this key) or float (added).
+        causal_name: what the caller calls its `is_causal` argument.
+        mask_name: what the caller calls its `attn_mask` argument in a message about its shape.
+
+    Raises:
+        TypeError: an `is_causal` that is neither a bool nor a str, a `window` that is not an int,
+            `key_lengths` that are not an integer tensor, masks of a dtype other than these.
+        ValueError: an unknown alignment, a `window` below 1 or without `is_causal`, `key_lengths` that are
+            not `(B,)` on the queries' device, masks that do not broadcast or are on another device.
+    """
+    aligned = _alignment(is_causal, causal_name)
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(f"window must be an int or None, got {type(window).__name__}")
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        if aligned is None:
+            raise ValueError(
+                f"window={window} needs a causal alignment: pass {causal_name}=True, 'top_left' or "
+                "'bottom_right' (the window ends at the last key a query may see)"
+            )
+    if key_lengths is not None:
+        _check_key_lengths(key_lengths, scores[0], query.device)
+    if attn_mask is not None:
+        check_mask("attn_mask", attn_mask, query)
+        check_broadcast(mask_name, attn_mask, scores)
+    dense = attn_mask
+    if key_padding_mask is not None:
+        check_key_mask("key_padding_mask", key_padding_mask, query, key, "True = ignore")
+        keep = ~key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask
+        lengths = _kept_prefix(keep, scores) if key_lengths is None else None
+        if lengths is not None:
+            key_lengths = lengths
+        else:
+            padding = keep[..., None, None, :]  # (B, S) -> (B, 1, 1, S)
+            dense = padding if dense is None else _both(dense, padding)
+    return Mask(alignment=aligned, window=window, key_lengths=key_lengths, dense=dense)
+
+
+def _alignment(is_causal: object, name: str) -> Alignment | None:
+    """The alignment `is_causal` asks for: None, `"top_left"` (for True) or `"bottom_right"`."""
+    if isinstance(is_causal, bool):
+        return "top_left" if is_causal else None
+    if not isinstance(is_causal, str):
+        raise TypeError(
+            f"{name} must be a bool or one of {ALIGNMENTS}, got {type(is_causal).__name__}"
+        )
+    if is_causal not in ALIGNMENTS:
+        raise ValueError(f"{name} must be False, True or one of {ALIGNMENTS}, got {is_causal!r}")
+    return is_causal
+
+
+def _check_key_lengths(key_lengths: object, batch: int, device: torch.device) -> None:
+    """Raise unless `key_lengths` is an integer tensor `(B,)` on `device`."""
+    if not isinstance(key_lengths, Tensor):
+        raise TypeError(f"key_lengths must be a tensor or None, got {type(key_lengths).__name__}")
+    if (
+        key_lengths.is_floating_point()
+        or key_lengths.is_complex()
+        or key_lengths.dtype == torch.bool
+    ):
+        raise TypeError(f"key_lengths must be an integer tensor, got dtype {key_lengths.dtype}")
+    if key_lengths.shape != (batch,):
+        raise ValueError(
+            f"key_lengths must be (B,) = ({batch},), one length per batch, got {shape(key_lengths)}"
+        )
+    if key_lengths.device != device:
+        raise ValueError(f"key_lengths is on {key_lengths.device} but the queries are on {device}")
+
+
+def _kept_prefix(keep: Tensor, scores: tuple[int, ...]) -> Tensor | None:
+    """The key lengths `(B,)` that say what `keep` says, or None if no lengths can.
+
+    Lengths can when `keep` is bool, batched, and keeps a prefix of every row (True, then False).
+    """
+    if keep.dtype != torch.bool or len(scores) != 4:
+        return None
+    keep = keep.expand(scores[0], scores[-1])  # (B, S), a dimension of size 1 broadcast
+    lengths = keep.sum(-1)  # (B, S) -> (B,)
+    prefix = torch.arange(keep.size(-1), device=keep.device) < lengths[:, None]  # (B, S)
+    return lengths if torch.equal(prefix, keep) else None
+
+
+def _both(first: Tensor, second: Tensor) -> Tensor:
+    """Two masks as one: bool where both are (True = both keep), else float (the sum, `-inf` where either hides)."""
+    if first.dtype == torch.bool and second.dtype == torch.bool:
+        return first & second
+    if first.dtype == torch.bool:
+        first, second = second, first
+    if second.dtype == torch.bool:
+        return torch.where(second, first, float("-inf"))
+    return first + second
 
 
 def causal_mask(

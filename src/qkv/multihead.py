@@ -6,17 +6,12 @@
 them.
 """
 
-from functools import reduce
-
 import torch
 from torch import Tensor, nn
 
 from qkv._checks import (
     check_batch_first,
     check_bool,
-    check_broadcast,
-    check_key_mask,
-    check_mask,
     check_module_input,
     check_probability,
     check_sizes,
@@ -25,8 +20,7 @@ from qkv._checks import (
 from qkv.cache import KVCache
 from qkv.dispatch import _attention
 from qkv.functional import _attention_weights
-from qkv.kernels.contract import Causal, alignment
-from qkv.masks import causal_mask, keep_to_additive
+from qkv.masks import Causal, Mask, parse_mask
 
 
 class MultiHeadAttention(nn.Module):
@@ -128,8 +122,8 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        mask, is_causal = self._mask(
-            query, key, value, key_padding_mask, attn_mask, is_causal, need_weights, cache
+        mask = self._mask(
+            query, key, value, need_weights, cache, key_padding_mask, attn_mask, is_causal
         )
         dropout_p = self.dropout if self.training else 0.0
 
@@ -139,10 +133,10 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:  # the cached keys and values come first: (B, H, S_cached + S, E/H)
             k, v = cache.update(k, v)
         if need_weights:
-            weights = _attention_weights(q, k, mask, is_causal)  # (B, H, L, S)
+            weights = _attention_weights(q, k, mask)  # (B, H, L, S)
             heads = nn.functional.dropout(weights, dropout_p) @ v  # (B, H, L, E/H)
         else:
-            heads = _attention(q, k, v, mask, is_causal, dropout_p=dropout_p)  # (B, H, L, E/H)
+            heads = _attention(q, k, v, mask, dropout_p)  # (B, H, L, E/H)
         output = self.out_proj(self._merge_heads(heads))  # (B, H, L, E/H) -> (B, L, E)
         return (output, weights) if need_weights else output
 
@@ -165,48 +159,37 @@ class MultiHeadAttention(nn.Module):
         query: Tensor,
         key: Tensor,
         value: Tensor,
+        need_weights: bool,
+        cache: KVCache | None,
         key_padding_mask: Tensor | None,
         attn_mask: Tensor | None,
         is_causal: Causal,
-        need_weights: bool,
-        cache: KVCache | None = None,
-    ) -> tuple[Tensor | None, bool]:
-        """Check the inputs; fold the masks given into one, bool (True = may attend) or float (added).
+    ) -> Mask:
+        """Check the inputs; parse the masks given into one `Mask`, the causal mask as such.
 
-        With a cache, only `is_causal` may be given: it becomes the causal mask over the cached and the new
-        keys, aligned bottom-right (the last query sees every key).
-
-        Returns:
-            The mask, broadcastable to the scores `(B, H, L, S)` (None when nothing is masked), and whether
-            a top-left causal mask is left for the backend (when there is no other mask to fold it into).
+        With a cache, only `is_causal` may be given: it covers the cached and the new keys, aligned
+        bottom-right (the last query sees every key).
         """
         features = (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features)
         check_batch_first(("query", "key", "value"), (query, key, value), features, unbatched=True)
         check_module_input("query", query, self)
-        aligned = alignment(is_causal, "is_causal")
         check_bool("need_weights", need_weights)
         keys = key.size(-2)  # S
         if cache is not None:
             self._check_cache(cache, query, key_padding_mask, attn_mask, is_causal)
             keys += len(cache)  # S: cached and new
-            aligned = None if aligned is None else "bottom_right"
-        masks = []
-        if key_padding_mask is not None:
-            check_key_mask("key_padding_mask", key_padding_mask, query, key, "True = ignore")
-            padding = key_padding_mask[..., None, None, :]  # (B, S) -> (B, 1, 1, S)
-            masks.append(~padding if padding.dtype == torch.bool else padding)
-        if attn_mask is not None:
-            masks.append(self._per_head(attn_mask, query, key))
-        if aligned == "top_left" and not masks:
-            return None, True
-        if aligned is not None:
-            masks.append(causal_mask(query.size(-2), keys, device=query.device, alignment=aligned))
-        if not masks:
-            return None, False
-        if all(m.dtype == torch.bool for m in masks):
-            return reduce(torch.logical_and, masks), False
-        additive = [keep_to_additive(m, query.dtype) if m.dtype == torch.bool else m for m in masks]
-        return reduce(torch.add, additive), False
+            is_causal = "bottom_right" if is_causal is True else is_causal
+        scores = (*query.shape[:-2], self.num_heads, query.size(-2), keys)  # (B, H, L, S)
+        attn_mask, name = self._per_head(attn_mask, scores)
+        return parse_mask(
+            query,
+            key,
+            scores,
+            attn_mask,
+            is_causal,
+            key_padding_mask=key_padding_mask,
+            mask_name=name,
+        )
 
     def _check_cache(
         self,
@@ -238,10 +221,14 @@ class MultiHeadAttention(nn.Module):
                 f"({ours[0]}, {ours[1]}, ., {ours[2]})"
             )
 
-    def _per_head(self, attn_mask: Tensor, query: Tensor, key: Tensor) -> Tensor:
-        """Check `attn_mask` and shape it for the scores: a per-head `(B*H, L, S)` becomes `(B, H, L, S)`."""
-        check_mask("attn_mask", attn_mask, query)
-        scores = (*query.shape[:-2], self.num_heads, query.size(-2), key.size(-2))  # (B, H, L, S)
+    def _per_head(self, attn_mask: object, scores: tuple[int, ...]) -> tuple[object, str]:
+        """Shape a per-head `attn_mask (B*H, L, S)` as the scores `(B, H, L, S)`, and name it for messages.
+
+        Raises:
+            ValueError: a mask that is none of the forms the module takes (`parse_mask` checks the rest).
+        """
+        if not isinstance(attn_mask, Tensor):
+            return attn_mask, "attn_mask"
         name = "attn_mask"
         if attn_mask.dim() == 3 and len(scores) == 4 and attn_mask.size(0) == scores[0] * scores[1]:
             name = f"attn_mask {shape(attn_mask)}, one per head,"
@@ -253,8 +240,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"attn_mask must be {forms} for the scores' shape {scores}, got {shape(attn_mask)}"
             )
-        check_broadcast(name, attn_mask, scores)
-        return attn_mask
+        return attn_mask, name
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":

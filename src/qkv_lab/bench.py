@@ -57,6 +57,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from qkv.dispatch import attention, call_kind
 from qkv.kernels import tiles
+from qkv.masks import Mask
 from qkv_lab.harness import (
     environment,
     fastest_ms,
@@ -363,7 +364,8 @@ def _table_entry(case: Case, ms: dict[str, float], env: dict) -> dict:
     padded = torch.empty(case.batch, device="meta") if case.padded else None
     backward = case.mode == "forward+backward"
     q, k = meta(case.heads, case.seqlen_q), meta(case.heads_kv, case.seqlen_k)
-    kind = call_kind(q, k, case.causal, case.window, padded, backward)
+    mask = Mask(alignment=case.causal or None, window=case.window, key_lengths=padded)
+    kind = call_kind(q, k, mask, backward)
     shape = {"seqlen_q": case.seqlen_q, "seqlen_k": case.seqlen_k, "batch": case.batch}
     shape |= {"heads": case.heads, "heads_kv": case.heads_kv}
     versions = {name: env[name] for name in ("date_utc", "torch", "triton", "cudnn")}

@@ -10,6 +10,7 @@ import torch
 import qkv
 from qkv import dispatch
 from qkv.kernels import contract, flash
+from qkv.masks import Mask
 from tests.library.reference import reference_attention, reference_mask
 
 KERNEL_DEVICE = "cpu" if flash.INTERPRETED else "cuda"  # where the triton backend can run here
@@ -148,7 +149,8 @@ def test_auto_picks_torch_for_what_the_kernels_cannot_take(on_an_h100):
 
 def test_call_kind_names_what_auto_compares():
     q, k = meta(2, 8, 16, 128, dtype=torch.bfloat16), meta(2, 2, 4096, 128, dtype=torch.bfloat16)
-    kind = dispatch.call_kind(q, k, "bottom_right", 1024, torch.tensor([1, 2]), backward=False)
+    mask = Mask(alignment="bottom_right", window=1024, key_lengths=torch.tensor([1, 2]))
+    kind = dispatch.call_kind(q, k, mask, backward=False)
     assert kind == {
         "dtype": "bfloat16",
         "head_dim": 128,
@@ -158,7 +160,7 @@ def test_call_kind_names_what_auto_compares():
         "grouped": True,
         "mode": "forward",
     }
-    square = dispatch.call_kind(q, q, "bottom_right", None, None, backward=True)
+    square = dispatch.call_kind(q, q, Mask(alignment="bottom_right"), backward=True)
     assert square["causal"] == "top_left"  # the same mask when L == S
     assert square["mode"] == "forward+backward"
 
@@ -264,18 +266,6 @@ def test_bad_input_is_checked_before_dispatch():
 def test_select_backend_checks_its_inputs(args, error, message):
     with pytest.raises(error, match=message):
         qkv.select_backend(*args)
-
-
-def test_the_reference_backend_checks_the_inputs_once(monkeypatch):
-    calls = []
-    monkeypatch.setattr(qkv.functional, "check_attention_inputs", lambda *a: calls.append(a))
-    q = torch.randn(1, 2, 4, 8)
-    qkv.scaled_dot_product_attention(q, q, q)
-    assert len(calls) == 1  # the public function checks
-    torch.testing.assert_close(
-        qkv.attention(q, q, q, backend="reference"), reference_attention(q, q, q).float()
-    )
-    assert len(calls) == 1  # attention checked: its reference backend does not check again
 
 
 def test_a_mask_of_fewer_than_two_dimensions_is_refused_by_every_backend():

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 import qkv
 from qkv.kernels import contract, flash
+from qkv.masks import Mask
 from tests.library.reference import (
     assert_close_to_reference,
     reference_attention,
@@ -265,7 +266,7 @@ def test_bfloat16_is_refused_under_the_interpreter():
 )
 def test_interpreter_bfloat16_dot_is_still_broken():
     q, k, v = random_qkv(1, 1, 17, 17, 16, dtype=torch.bfloat16)
-    out = flash.attend(q, k, v, False, 0.25, None, None)  # past the public refusal
+    out = flash.attend(q, k, v, Mask(), 0.25)  # past the public refusal
     assert_close_to_reference(
         out, reference_attention(q, k, v, scale=0.25), torch_attention(q, k, v, scale=0.25)
     )

@@ -1,6 +1,8 @@
-"""The mask builders and the converters between the three conventions."""
+"""The mask builders, the converters between the three conventions, and the one parsed mask value."""
 
+import dataclasses
 import functools
+import sys
 
 import pytest
 import torch
@@ -10,6 +12,11 @@ from hypothesis import strategies as st
 from torch.nn.attention.bias import causal_lower_right
 
 import qkv
+from qkv import dispatch, masks
+from qkv._checks import check_attention_inputs
+from qkv.kernels import contract, flash
+from qkv.masks import Mask, parse_mask
+from tests.library.reference import reference_mask
 
 
 @given(st.integers(0, 9), st.integers(0, 9))
@@ -197,3 +204,272 @@ def test_additive_and_bool_masks_give_the_same_attention():
 def test_bad_input_is_rejected_with_a_clear_message(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+# The one parsed mask value: qkv.masks.Mask, built by qkv.masks.parse_mask.
+
+Q = torch.randn(2, 3, 4, 16)  # (B, H, L, E)
+SCORES = (2, 3, 4, 6)  # (B, H, L, S)
+
+
+def parse(**kwargs):
+    """`parse_mask` for scores `(2, 3, 4, 6)`, keys `(2, 6, 16)` as a multi-head module takes them."""
+    return parse_mask(Q, torch.randn(2, 6, 16), SCORES, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("is_causal", "alignment"),
+    [(False, None), (True, "top_left"), ("top_left", "top_left"), ("bottom_right", "bottom_right")],
+)
+def test_is_causal_becomes_an_alignment(is_causal, alignment):
+    mask = parse(is_causal=is_causal)
+    assert mask.alignment == alignment
+    assert (mask.window, mask.key_lengths, mask.dense) == (None, None, None)
+
+
+def test_the_parts_are_kept_as_given():
+    lengths, keep = torch.tensor([6, 2]), torch.rand(4, 6) < 0.5
+    mask = parse(attn_mask=keep, is_causal="bottom_right", window=3, key_lengths=lengths)
+    assert (mask.alignment, mask.window) == ("bottom_right", 3)
+    assert mask.key_lengths is lengths
+    assert mask.dense is keep
+
+
+def test_a_mask_cannot_change():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Mask().window = 3
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"alignment": "top_left"},
+        {"alignment": "bottom_right", "window": 2},
+        {"key_lengths": [5, 9]},
+        {"alignment": "top_left", "window": 3, "key_lengths": [0, 4]},
+    ],
+    ids=["none", "causal", "window-bottom-right", "lengths", "all"],
+)
+@pytest.mark.parametrize(("seqlen_q", "seqlen_k"), [(4, 6), (6, 4), (1, 1)])
+def test_as_tensor_is_the_mask_the_kernel_computes(options, seqlen_q, seqlen_k):
+    lengths = options.get("key_lengths")
+    lengths = None if lengths is None else torch.tensor(lengths)
+    mask = Mask(options.get("alignment"), options.get("window"), lengths)
+    expected = reference_mask(2, seqlen_q, seqlen_k, options.get("alignment", False), **{
+        "window": options.get("window"), "key_lengths": lengths
+    })  # fmt: skip
+    got = mask.as_tensor(seqlen_q, seqlen_k)
+    assert got is None if not options else torch.equal(got.expand_as(expected), expected)
+
+
+def test_as_tensor_adds_a_float_mask_where_the_structure_keeps():
+    bias = torch.randn(2, 1, 3, 3)
+    got = Mask("top_left", key_lengths=torch.tensor([3, 1]), dense=bias).as_tensor(3, 3)
+    keep = reference_mask(2, 3, 3, True, key_lengths=torch.tensor([3, 1]))  # (B, 1, L, S)
+    assert got.dtype == bias.dtype
+    torch.testing.assert_close(got, bias.masked_fill(~keep, float("-inf")))
+    both = Mask("top_left", dense=torch.rand(3, 3) < 0.5)
+    assert torch.equal(both.as_tensor(3, 3), both.dense & qkv.causal_mask(3))
+
+
+IGNORE_A_SUFFIX = torch.tensor([[False] * 6, [False, False, True, True, True, True]])  # (B, S)
+
+
+def test_a_key_padding_mask_that_ignores_a_suffix_becomes_key_lengths():
+    mask = parse(key_padding_mask=IGNORE_A_SUFFIX, is_causal=True)
+    assert mask.key_lengths.tolist() == [6, 2]
+    assert mask.dense is None
+    shared = parse(key_padding_mask=IGNORE_A_SUFFIX[1:])  # (1, S): one row for the whole batch
+    assert shared.key_lengths.tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "ignore",
+    [
+        IGNORE_A_SUFFIX.flip(-1),  # a prefix ignored: left padding
+        torch.tensor([[False, True] * 3, [False] * 6]),  # holes
+    ],
+    ids=["left-padding", "holes"],
+)
+def test_any_other_key_padding_mask_stays_a_dense_mask(ignore):
+    keep = torch.rand(4, 6) < 0.5  # (L, S)
+    mask = parse(key_padding_mask=ignore, attn_mask=keep)
+    assert mask.key_lengths is None
+    assert torch.equal(mask.dense, qkv.key_padding_to_keep(ignore) & keep)  # (B, 1, L, S)
+
+
+def test_a_float_key_padding_mask_is_added():
+    bias = torch.randn(2, 6)
+    mask = parse(key_padding_mask=bias)
+    assert mask.key_lengths is None
+    torch.testing.assert_close(mask.dense, bias[:, None, None, :])  # (B, 1, 1, S)
+
+
+def test_unbatched_key_padding_stays_dense():
+    query, key = torch.randn(4, 16), torch.randn(6, 16)  # (L, E), (S, E): scores (H, L, S)
+    mask = parse_mask(query, key, (3, 4, 6), key_padding_mask=IGNORE_A_SUFFIX[1])
+    assert mask.key_lengths is None
+    assert torch.equal(mask.dense, ~IGNORE_A_SUFFIX[1][None, None, :])
+
+
+BAD_MASKS = {
+    "is_causal int": (
+        {"is_causal": 1},
+        TypeError,
+        r"is_causal must be a bool or one of .* got int",
+    ),
+    "is_causal unknown": (
+        {"is_causal": "lower_right"},
+        ValueError,
+        r"is_causal must be False, True or one of \('top_left', 'bottom_right'\), got 'lower_right'",
+    ),
+    "causal named": (
+        {"is_causal": "x", "causal_name": "causal"},
+        ValueError,
+        r"^causal must be False, True",
+    ),
+    "window float": (
+        {"is_causal": True, "window": 2.0},
+        TypeError,
+        r"window must be an int or None, got float",
+    ),
+    "window 0": ({"is_causal": True, "window": 0}, ValueError, r"window must be at least 1, got 0"),
+    "window alone": (
+        {"window": 2, "causal_name": "causal"},
+        ValueError,
+        r"window=2 needs a causal alignment: pass causal=True",
+    ),
+    "lengths list": (
+        {"key_lengths": [1, 2]},
+        TypeError,
+        r"key_lengths must be a tensor or None, got list",
+    ),
+    "lengths float": (
+        {"key_lengths": torch.tensor([1.0, 2.0])},
+        TypeError,
+        r"key_lengths must be an integer tensor, got dtype torch.float32",
+    ),
+    "lengths shape": (
+        {"key_lengths": torch.tensor([1, 2, 3])},
+        ValueError,
+        r"key_lengths must be \(B,\) = \(2,\), one length per batch, got \(3,\)",
+    ),
+    "lengths device": (
+        {"key_lengths": torch.tensor([1, 2], device="meta")},
+        ValueError,
+        r"key_lengths is on meta but the queries are on cpu",
+    ),
+    "mask dtype": (
+        {"attn_mask": torch.ones(4, 6, dtype=torch.int)},
+        TypeError,
+        r"attn_mask must be bool \(True = may attend\) or floating point, got torch.int32",
+    ),
+    "mask shape": (
+        {"attn_mask": torch.ones(6, 4, dtype=torch.bool)},
+        ValueError,
+        r"attn_mask of shape \(6, 4\) does not broadcast to the scores' shape \(2, 3, 4, 6\)",
+    ),
+    "mask named": (
+        {"attn_mask": torch.ones(6, 4, dtype=torch.bool), "mask_name": "attn_mask (6, 4),"},
+        ValueError,
+        r"attn_mask \(6, 4\), of shape",
+    ),
+    "padding dtype": (
+        {"key_padding_mask": torch.zeros(2, 6, dtype=torch.long)},
+        TypeError,
+        r"key_padding_mask must be bool \(True = ignore\) or floating point, got torch.int64",
+    ),
+    "padding shape": (
+        {"key_padding_mask": torch.zeros(2, 4, dtype=torch.bool)},
+        ValueError,
+        r"key_padding_mask of shape \(2, 4\) does not broadcast to key's \(B, S\)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), BAD_MASKS.values(), ids=BAD_MASKS.keys())
+def test_parse_mask_names_what_is_wrong(kwargs, error, message):
+    keys = torch.randn(2, 6, 16)  # (B, S, E), as a key_padding_mask's key
+    with pytest.raises(error, match=message):
+        parse_mask(Q, keys, SCORES, **kwargs)
+
+
+# Each call parses is_causal once: the alignment that every backend reads is the parse's, not a new one.
+
+
+def calls(run, *functions):
+    """How many times each of `functions` runs during `run()`, however it was imported (by code object)."""
+    counted = {function.__code__: function.__name__ for function in functions}
+    counts = dict.fromkeys(counted.values(), 0)
+
+    def profile(frame, event, _):
+        if event == "call" and frame.f_code in counted:
+            counts[counted[frame.f_code]] += 1
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return counts
+
+
+ONCE = {"check_attention_inputs": 1, "parse_mask": 1, "_alignment": 1}
+KERNEL_DEVICE = "cpu" if flash.INTERPRETED else "cuda"
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch", "reference", "auto"])
+def test_attention_parses_is_causal_once_whatever_the_backend(backend):
+    q, k, v = (
+        torch.randn(2, 2, n, 16, dtype=torch.float16, device=KERNEL_DEVICE) for n in (5, 7, 7)
+    )
+    lengths = torch.tensor([7, 3], device=KERNEL_DEVICE)
+
+    def run():
+        qkv.attention(
+            q, k, v, is_causal="bottom_right", window=4, key_lengths=lengths, backend=backend
+        )
+
+    counts = calls(run, check_attention_inputs, masks.parse_mask, masks._alignment)
+    assert counts == ONCE
+
+
+def test_auto_parses_is_causal_once_on_its_way_to_the_kernel(monkeypatch):
+    # a GPU whose measured table sends causal calls to the kernel, without a GPU
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(contract, "interpreted", lambda: False)
+    monkeypatch.setattr(dispatch, "_device_name", lambda device: "GPU")
+    q = torch.empty(1, 2, 64, 16, dtype=torch.float16, device="meta")
+    case = dispatch.call_kind(q, q, Mask("top_left"), backward=False)
+    case |= {"device_name": "GPU", "seqlen_q": 64, "seqlen_k": 64, "triton_ms": 1, "torch_ms": 2}
+    monkeypatch.setattr(dispatch, "_measurements", lambda: [case])
+    chosen = []
+    counts = calls(
+        lambda: chosen.append(qkv.select_backend(q, q, q, is_causal=True)),
+        masks.parse_mask,
+        masks._alignment,
+    )
+    assert chosen == ["triton"]
+    assert counts == {"parse_mask": 1, "_alignment": 1}
+
+
+def test_flash_attention_and_the_functions_parse_is_causal_once():
+    q = torch.randn(1, 2, 5, 16, dtype=torch.float16, device=KERNEL_DEVICE)
+    for run in (
+        lambda: qkv.flash_attention(q, q, q, causal=True, window=2),
+        lambda: qkv.scaled_dot_product_attention(q.float(), q.float(), q.float(), is_causal=True),
+        lambda: qkv.attention_weights(q.float(), q.float(), is_causal=True),
+    ):
+        assert calls(run, masks.parse_mask, masks._alignment) == {"parse_mask": 1, "_alignment": 1}
+
+
+def test_multihead_attention_parses_its_masks_once():
+    mha = qkv.MultiHeadAttention(32, 2).half().to(KERNEL_DEVICE)
+    x = torch.randn(2, 5, 32, dtype=torch.float16, device=KERNEL_DEVICE)
+    ignore = IGNORE_A_SUFFIX[:, :5].to(KERNEL_DEVICE)
+
+    def run():
+        mha(x, key_padding_mask=ignore, is_causal=True)
+
+    assert calls(run, masks.parse_mask, masks._alignment) == {"parse_mask": 1, "_alignment": 1}

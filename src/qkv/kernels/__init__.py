@@ -2,7 +2,8 @@
 
 from torch import Tensor
 
-from qkv.kernels.contract import NO_TRITON, Causal, triton_installed
+from qkv.kernels.contract import NO_TRITON, triton_installed
+from qkv.masks import Causal
 
 
 def flash_attention(

@@ -44,6 +44,7 @@ import triton.language as tl
 from torch import Tensor
 
 from qkv.kernels import contract, tiles
+from qkv.masks import Causal, Mask, parse_mask
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
 INTERPRETED = contract.interpreted()  # read when the kernels below are decorated
@@ -531,32 +532,23 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
-def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    causal: contract.Causal,
-    scale: float | None,
-    window: int | None,
-    key_lengths: Tensor | None,
-) -> Tensor:
-    """Run the kernels on inputs that passed `contract.check_masks` and `contract.check_kernel_inputs`."""
-    aligned = contract.alignment(causal)
-    offset = k.size(2) - q.size(2) if aligned == "bottom_right" else 0
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, scale: float | None) -> Tensor:
+    """Run the kernels on inputs that `contract.refusal` accepts, with `mask`'s alignment, window and lengths."""
+    offset = k.size(2) - q.size(2) if mask.alignment == "bottom_right" else 0
     if scale is None:
         scale = 1 / math.sqrt(q.size(-1))
+    key_lengths = mask.key_lengths
     if key_lengths is not None:
         key_lengths = key_lengths.to(torch.int32).contiguous()
-    return _FlashAttention.apply(
-        q, k, v, key_lengths, aligned is not None, offset, window, float(scale)
-    )
+    causal = mask.alignment is not None
+    return _FlashAttention.apply(q, k, v, key_lengths, causal, offset, mask.window, float(scale))
 
 
 def flash_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    causal: contract.Causal = False,
+    causal: Causal = False,
     scale: float | None = None,
     *,
     window: int | None = None,
@@ -564,5 +556,6 @@ def flash_attention(
 ) -> Tensor:
     """Check the inputs and run the kernels; documented, and imported lazily, as `qkv.flash_attention`."""
     contract.check_kernel_inputs(q, k, v, scale)
-    contract.check_masks(causal, window, key_lengths, q.size(0), q.device)
-    return attend(q, k, v, causal, scale, window, key_lengths)
+    scores = (*q.shape[:3], k.size(2))  # (B, H, L, S)
+    mask = parse_mask(q, k, scores, None, causal, window, key_lengths, causal_name="causal")
+    return attend(q, k, v, mask, scale)
