@@ -4,21 +4,16 @@
 of one query and one key (the same random vector, 64 channels) rotated by `qkv.apply_rope` to every offset
 from 0 to 512, beside the ALiBi bias `qkv.alibi_bias` of 8 heads against the distance back.
 `positions-extrapolation`: the post's toy "last seen" task, one small causal model per positional scheme
-trained on length 32 and scored up to 256. Keep the task, model and training in step with the post, which
-asserts what this figure draws.
+trained on length 32 and scored up to 256: `qkv_lab.extrapolation.accuracies` for seed 0, the run the post
+names (it asserts all five seeds; the results are remembered on disk, so the build trains nothing the post's
+tests trained).
 """
-
-import functools
 
 import torch
 from matplotlib.figure import Figure
-from torch import nn
 
 import qkv
-
-VALUES, TRAIN_LENGTH = 8, 32
-TEST_LENGTHS = (32, 64, 128, 256)
-SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
+from qkv_lab.extrapolation import SCHEMES, TEST_LENGTHS, TRAIN_LENGTH, accuracies
 
 
 def sinusoidal_table() -> Figure:
@@ -59,92 +54,21 @@ def rope_and_alibi() -> Figure:
     return fig
 
 
-def _last_seen_batch(
-    generator: torch.Generator, batch: int, length: int, p: float = 0.2
-) -> tuple[torch.Tensor, torch.Tensor]:
-    is_value = torch.rand(batch, length, generator=generator) < p
-    values = torch.randint(1, VALUES + 1, (batch, length), generator=generator)
-    tokens = torch.where(is_value, values, 0)
-    last = torch.where(is_value, torch.arange(length), -1).cummax(dim=1).values  # (B, N)
-    target = torch.where(last >= 0, tokens.gather(1, last.clamp_min(0)), -100)
-    return tokens, target
-
-
-class _TinyModel(nn.Module):
-    def __init__(self, positions: str, dim: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.positions, self.heads = positions, heads
-        self.embed = nn.Embedding(VALUES + 1, dim)
-        self.table = nn.Embedding(TRAIN_LENGTH, dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.out = nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-        self.head = nn.Linear(dim, VALUES + 1)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        batch, length = tokens.shape
-        x = self.embed(tokens)
-        if self.positions == "sinusoidal":
-            x = x + qkv.sinusoidal_positions(length, x.size(-1))
-        if self.positions == "learned":
-            x = x + self.table(torch.arange(length))
-        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        if self.positions == "rope":
-            q, k = qkv.apply_rope(q), qkv.apply_rope(k)
-        mask = qkv.keep_to_additive(qkv.causal_mask(length))
-        if self.positions == "alibi":
-            mask = mask + qkv.alibi_bias(self.heads, length)
-        heads = qkv.attention(q, k, v, attn_mask=mask)
-        x = x + self.out(heads.transpose(1, 2).reshape(batch, length, -1))
-        return self.head(x + self.mlp(x))
-
-
-def _train(positions: str, steps: int = 200, seed: int = 0) -> _TinyModel:
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    model = _TinyModel(positions)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(steps):
-        tokens, target = _last_seen_batch(generator, 32, TRAIN_LENGTH)
-        loss = nn.functional.cross_entropy(model(tokens).flatten(0, 1), target.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model
-
-
-@torch.no_grad()
-def _accuracy(model: _TinyModel, length: int) -> float:
-    tokens, target = _last_seen_batch(torch.Generator().manual_seed(1), 256, length)
-    scored = target >= 0
-    return (model(tokens).argmax(-1)[scored] == target[scored]).float().mean().item()
-
-
-@functools.cache  # trained once per build, for the light and the dark figure
-def accuracies() -> dict[str, list[float]]:
-    """Accuracy of each scheme at each test length (the learned table only at the training length)."""
-    result = {}
-    for scheme in SCHEMES:
-        model = _train(scheme)
-        lengths = [n for n in TEST_LENGTHS if scheme != "learned" or n <= TRAIN_LENGTH]
-        result[scheme] = [_accuracy(model, n) for n in lengths]
-    return result
-
-
 def extrapolation() -> Figure:
     """Accuracy against test length, one line per positional scheme."""
     fig = Figure(figsize=(5.5, 4.4), layout="constrained")
     ax = fig.subplots()
     markers = dict(zip(SCHEMES, "ovDs^", strict=True))
-    for scheme, scores in accuracies().items():
-        ax.plot(TEST_LENGTHS[: len(scores)], scores, f"{markers[scheme]}-", label=scheme)
+    for scheme in SCHEMES:
+        scores = accuracies(scheme, seed=0)  # {length: accuracy}; the post asserts all five seeds
+        ax.plot(list(scores), list(scores.values()), f"{markers[scheme]}-", label=scheme)
     ax.axvline(TRAIN_LENGTH, color="C7", linestyle=":", label="training length")
     ax.set_xscale("log", base=2)
     ax.set_xticks(TEST_LENGTHS, [str(n) for n in TEST_LENGTHS])
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("test sequence length")
     ax.set_ylabel("accuracy")
-    ax.set_title("Last-seen task, trained on length 32")
+    ax.set_title(f"Last-seen task, trained on length {TRAIN_LENGTH}, seed 0")
     fig.legend(loc="outside right center")
     ax.grid(True)
     return fig
