@@ -4,7 +4,8 @@
 module that the post includes and whose heads it asserts (the previous token, the token itself, the next
 token and the first token).
 `multi-head-attention-induction`: the previous-token head of layer 1 and the induction head of layer 2 of
-`qkv_lab.toys.train_induction`'s model, on a fresh sequence of 8 tokens repeated once.
+`qkv_lab.toys.train_induction`'s model (seed 0), on a test sequence of 8 tokens repeated once; the heads are
+those that `measure_induction(0)` scored highest.
 """
 
 import functools
@@ -17,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 import qkv
 from qkv_lab.examples import position_heads
-from qkv_lab.toys import induction_scores, previous_token_scores, repeated_segments, train_induction
+from qkv_lab.toys import TEST_SEED, measure_induction, repeated_segments, train_induction
 
 N_TOKENS = 6
 TITLES = ("head 0: previous", "head 1: itself", "head 2: next", "head 3: first")
@@ -145,16 +146,15 @@ def head_split_and_merge() -> Figure:
 
 def induction_heatmaps() -> Figure:
     """The learned previous-token head (layer 1) above the learned induction head (layer 2), one sequence."""
-    model = _trained()
-    tokens, n = repeated_segments(512, 24, 32, torch.Generator().manual_seed(1))  # fresh sequences
+    model, run = _trained(), measure_induction(0)
+    heads = {  # the heads that the post's blocks score highest, in layers 1 and 2
+        1: run["previous_1"].index(max(run["previous_1"])),
+        2: run["induction_2"].index(max(run["induction_2"])),
+    }
+    tokens, n = repeated_segments(512, 24, 32, torch.Generator().manual_seed(TEST_SEED))
+    sequence = tokens[n == 8][0, :16]  # 8 tokens, then the same 8 again
     with torch.no_grad():
-        _, (first, second) = model(tokens)  # (B, H, N, N) each
-        heads = {  # the heads that the post's block finds the same way
-            1: int(previous_token_scores(first, n).argmax()),
-            2: int(induction_scores(second, n).argmax()),
-        }
-        sequence = tokens[n == 8][0, :16]  # 8 tokens, then the same 8 again
-        _, (first, second) = model(sequence[None])
+        _, (first, second) = model(sequence[None])  # (1, H, N, N) each
     maps = {
         f"layer 1, head {heads[1]}: previous token": first[0, heads[1]],
         f"layer 2, head {heads[2]}: induction": second[0, heads[2]],

@@ -248,7 +248,7 @@ def induction_scores(weights: Tensor, n: Tensor) -> Tensor:
 # --8<-- [end:scores]
 
 
-# --8<-- [start:ablation]
+# --8<-- [start:induction-measure]
 @contextlib.contextmanager
 def head_removed(layer: MultiHeadAttention, head: int) -> Iterator[None]:
     """Inside the block, `layer` runs without `head`: its slice `W_O^head` of the output projection is zero.
@@ -267,10 +267,6 @@ def head_removed(layer: MultiHeadAttention, head: int) -> Iterator[None]:
             layer.out_proj.weight.copy_(saved)
 
 
-# --8<-- [end:ablation]
-
-
-# --8<-- [start:induction-measure]
 @remembered
 def measure_induction(seed: int) -> dict[str, float | list[float]]:
     """Train `train_induction(seed=seed)` and measure it on 512 test sequences of 24 tokens from 32.
