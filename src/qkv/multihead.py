@@ -18,7 +18,7 @@ from qkv._checks import (
     shape,
 )
 from qkv.cache import KVCache
-from qkv.dispatch import _attention
+from qkv.dispatch import Backend, _attention, check_backend
 from qkv.functional import _attention_weights
 from qkv.masks import Causal, Mask, parse_mask
 
@@ -91,8 +91,10 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         attn_mask: Tensor | None = None,
         is_causal: Causal = False,
+        window: int | None = None,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        backend: Backend = "auto",
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from `query` over `key` and `value` (self-attention when they are left out).
 
@@ -107,10 +109,16 @@ class MultiHeadAttention(nn.Module):
                 or `(B, H, L, S)`; a dimension of size 1 broadcasts.
             is_causal: False; True or `"top_left"` lets query `i` attend keys `j <= i` (torch's `is_causal`);
                 `"bottom_right"` keys `j <= i + S - L` (the last query sees every key). Needs no mask.
-            need_weights: also return every head's attention weights (before dropout).
+            window: each query also sees only the `window` most recent keys it may see; needs `is_causal`.
+            need_weights: also return every head's attention weights (before dropout), computed by the
+                explicit formula whatever the backend.
             cache: a `KVCache` for decoding, with a batched `query`: this call's keys and values are appended
                 to it and the queries attend over all of them; `is_causal` (True or `"bottom_right"`) is then
                 bottom-right aligned. No other mask with it.
+            backend: which backend attends, as for `qkv.attention`. The kernels (`"triton"`) take the
+                causal mask, the window, and a bool `key_padding_mask` that ignores a suffix of every row
+                (it reaches them as key lengths; telling costs one device sync); no `attn_mask`, no other
+                padding, no dropout, and batched input whose head size `E/H` they support.
 
         Returns:
             `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`.
@@ -123,8 +131,9 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         mask = self._mask(
-            query, key, value, need_weights, cache, key_padding_mask, attn_mask, is_causal
-        )
+            query, key, value, need_weights, cache, backend,
+            key_padding_mask, attn_mask, is_causal, window,
+        )  # fmt: skip
         dropout_p = self.dropout if self.training else 0.0
 
         q = self._split_heads(self.q_proj(query))  # (B, L, E) -> (B, H, L, E/H)
@@ -136,7 +145,7 @@ class MultiHeadAttention(nn.Module):
             weights = _attention_weights(q, k, mask)  # (B, H, L, S)
             heads = nn.functional.dropout(weights, dropout_p) @ v  # (B, H, L, E/H)
         else:
-            heads = _attention(q, k, v, mask, dropout_p)  # (B, H, L, E/H)
+            heads = _attention(q, k, v, mask, dropout_p, backend)  # (B, H, L, E/H)
         output = self.out_proj(self._merge_heads(heads))  # (B, H, L, E/H) -> (B, L, E)
         return (output, weights) if need_weights else output
 
@@ -161,19 +170,22 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         need_weights: bool,
         cache: KVCache | None,
+        backend: Backend,
         key_padding_mask: Tensor | None,
         attn_mask: Tensor | None,
         is_causal: Causal,
+        window: int | None,
     ) -> Mask:
-        """Check the inputs; parse the masks given into one `Mask`, the causal mask as such.
+        """Check the inputs; parse the masks given into one `Mask`, the causal mask and window as such.
 
-        With a cache, only `is_causal` may be given: it covers the cached and the new keys, aligned
-        bottom-right (the last query sees every key).
+        With a cache, only `is_causal` and `window` may be given: they cover the cached and the new keys,
+        aligned bottom-right (the last query sees every key).
         """
         features = (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features)
         check_batch_first(("query", "key", "value"), (query, key, value), features, unbatched=True)
         check_module_input("query", query, self)
         check_bool("need_weights", need_weights)
+        check_backend(backend)
         keys = key.size(-2)  # S
         if cache is not None:
             self._check_cache(cache, query, key_padding_mask, attn_mask, is_causal)
@@ -182,14 +194,9 @@ class MultiHeadAttention(nn.Module):
         scores = (*query.shape[:-2], self.num_heads, query.size(-2), keys)  # (B, H, L, S)
         attn_mask, name = self._per_head(attn_mask, scores)
         return parse_mask(
-            query,
-            key,
-            scores,
-            attn_mask,
-            is_causal,
-            key_padding_mask=key_padding_mask,
-            mask_name=name,
-        )
+            query, key, scores, attn_mask, is_causal, window,
+            key_padding_mask=key_padding_mask, mask_name=name,
+        )  # fmt: skip
 
     def _check_cache(
         self,
@@ -207,7 +214,9 @@ class MultiHeadAttention(nn.Module):
                 f"a cache takes batched input only: query must be (B, L, E), got shape {shape(query)}"
             )
         if key_padding_mask is not None or attn_mask is not None:
-            raise ValueError("with a cache, pass no key_padding_mask or attn_mask (only is_causal)")
+            raise ValueError(
+                "with a cache, pass no key_padding_mask or attn_mask (only is_causal and window)"
+            )
         if is_causal == "top_left":
             raise ValueError(
                 "with a cache, is_causal aligns bottom-right (the last query sees every key): "

@@ -1,5 +1,6 @@
 """qkv.MultiHeadAttention against torch.nn.MultiheadAttention(batch_first=True)."""
 
+import logging
 import math
 
 import pytest
@@ -8,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import qkv
+from qkv.kernels import flash
+from tests.library.reference import assert_close_to_reference
 
 
 @st.composite
@@ -526,3 +529,68 @@ def test_bad_input_is_rejected_with_a_clear_message(kwargs, error, message):
     kwargs = {"value": VALUE[0] if kwargs["key"].dim() == 2 else VALUE, **kwargs}
     with pytest.raises(error, match=message):
         MHA(**kwargs)
+
+
+# What reaches the kernels: the causal mask, the window, and a key padding that ignores a suffix of each row.
+
+KERNEL_DEVICE = "cpu" if flash.INTERPRETED else "cuda"
+IGNORE_A_SUFFIX = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])  # (B, S), True = ignore
+
+
+@pytest.mark.parametrize(
+    "masks",
+    [
+        {"is_causal": True},
+        {"is_causal": True, "key_padding_mask": IGNORE_A_SUFFIX},
+        {"is_causal": True, "window": 3, "key_padding_mask": IGNORE_A_SUFFIX},
+        {"key_padding_mask": IGNORE_A_SUFFIX},
+    ],
+    ids=["causal", "padded-causal", "padded-window", "padded"],
+)
+def test_causal_and_padded_calls_reach_the_kernel_and_match_torch(masks, caplog):
+    theirs = torch.nn.MultiheadAttention(32, 2, batch_first=True, dtype=torch.float64)  # E/H = 16
+    ours = qkv.MultiHeadAttention.from_torch(theirs).half().to(KERNEL_DEVICE)
+    x = torch.randn(2, 6, 32, dtype=torch.float64)
+    hide = None  # torch's attn_mask: True = may NOT attend
+    if "window" in masks:
+        hide = ~qkv.sliding_window_mask(6, masks["window"])
+    elif masks.get("is_causal"):
+        hide = ~qkv.causal_mask(6)
+    ignore = masks.get("key_padding_mask")
+    expected, _ = theirs(x, x, x, attn_mask=hide, key_padding_mask=ignore)
+    yardstick, _ = theirs.half()(*(x.half(),) * 3, attn_mask=hide, key_padding_mask=ignore)
+    if ignore is not None:
+        masks = masks | {"key_padding_mask": ignore.to(KERNEL_DEVICE)}
+    with caplog.at_level(logging.DEBUG, logger="qkv"):
+        out = ours(x.half().to(KERNEL_DEVICE), **masks, backend="triton")
+    assert "attention: triton backend" in caplog.text
+    assert_close_to_reference(out.cpu(), expected, yardstick)
+
+
+def test_left_padding_is_refused_by_the_kernel():
+    mha = qkv.MultiHeadAttention(32, 2).half().to(KERNEL_DEVICE)
+    x = torch.randn(2, 6, 32, dtype=torch.float16, device=KERNEL_DEVICE)
+    ignore = IGNORE_A_SUFFIX.flip(-1).to(KERNEL_DEVICE)  # a prefix ignored: no key lengths say that
+    message = r"the triton backend cannot take these inputs: the kernels take no attn_mask"
+    with pytest.raises(ValueError, match=message):
+        mha(x, key_padding_mask=ignore, is_causal=True, backend="triton")
+
+
+@pytest.mark.parametrize("is_causal", [True, "bottom_right"])
+def test_a_window_is_the_sliding_window_mask(is_causal):
+    mha = qkv.MultiHeadAttention(8, 2).eval()
+    x, memory = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+    alignment = "top_left" if is_causal is True else is_causal
+    keep = qkv.sliding_window_mask(4, 3, 6, alignment=alignment)
+    for need_weights in (False, True):
+        got = mha(x, memory, is_causal=is_causal, window=3, need_weights=need_weights)
+        expected = mha(x, memory, attn_mask=keep, need_weights=need_weights)
+        torch.testing.assert_close(got, expected)
+
+
+def test_a_window_and_a_cache_decode_as_one_call():
+    mha = qkv.MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 7, 8)
+    cache = qkv.KVCache()
+    chunks = [mha(x[:, a:b], is_causal=True, window=3, cache=cache) for a, b in ((0, 4), (4, 7))]
+    torch.testing.assert_close(torch.cat(chunks, dim=1), mha(x, is_causal=True, window=3))
