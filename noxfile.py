@@ -30,8 +30,13 @@ def tests(session: nox.Session) -> None:
     """The package's tests and every Python block of the site, the Triton kernel under its interpreter."""
     session.install(*CONSTRAINTS, "-e", ".[test,docs]")
     # with no path in the arguments, pytest runs its testpaths: tests/library, tests/lab, tests/site, docs
+    # both cores; the tests that read the built site share one worker (tests/site/conftest.py)
     session.run(
-        "pytest", "--codeblocks", *session.posargs, env={**DOCS_ENV, "TRITON_INTERPRET": "1"}
+        "pytest",
+        "--codeblocks",
+        *("-n", "2", "--dist", "loadgroup"),
+        *session.posargs,
+        env={**DOCS_ENV, "TRITON_INTERPRET": "1"},
     )
 
 

@@ -12,6 +12,7 @@ build is removed.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import http.server
@@ -69,7 +70,8 @@ def site_folder(site_url: str = LOCAL_URL) -> Path:
 def build_site(dest: Path | None = None, site_url: str = LOCAL_URL) -> Path:
     """Build the site into `dest`, or into the shared folder of `site_url` (`site_folder`); return it.
 
-    Without `dest`, a build that an earlier test session finished for the same sources and address is reused.
+    Without `dest`, a build that an earlier test session finished for the same sources and address is reused,
+    and test processes running side by side (pytest-xdist) build it once: the others wait for it.
     Cached: within one test session, the same arguments return the same folder without building again.
 
     Raises:
@@ -79,18 +81,20 @@ def build_site(dest: Path | None = None, site_url: str = LOCAL_URL) -> Path:
         _mkdocs_build(Path(dest), site_url)
         return Path(dest)
     folder = site_folder(site_url)
-    if (folder / COMPLETE).is_file():
-        return folder
     BUILD.mkdir(exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix="partial-", dir=BUILD))
-    try:
-        _mkdocs_build(partial, site_url)
-        (partial / COMPLETE).touch()
-        for earlier in BUILD.glob("site-*"):
-            shutil.rmtree(earlier)
-        partial.rename(folder)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    with (BUILD / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test process building the same site: wait for it
+        if (folder / COMPLETE).is_file():
+            return folder
+        partial = Path(tempfile.mkdtemp(prefix="partial-", dir=BUILD))
+        try:
+            _mkdocs_build(partial, site_url)
+            (partial / COMPLETE).touch()
+            for earlier in BUILD.glob("site-*"):
+                shutil.rmtree(earlier)
+            partial.rename(folder)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return folder
 
 
