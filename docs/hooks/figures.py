@@ -42,7 +42,6 @@ FIGURE_IMG = re.compile(
     r'<img (?P<attributes>[^>]*?)src="(?P<src>[^"]*figures/(?P<name>[a-z0-9-]+))\.svg"(?P<rest>[^>]*)>'
 )
 VARIANTS = {"light": "", "dark": "-dark"}  # variant: suffix of its file name
-_sizes: dict[str, tuple[int, int]] = {}
 
 SVG, XLINK = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
 ET.register_namespace("", SVG)
@@ -87,15 +86,23 @@ def scripts(docs_dir: str | Path) -> list[Path]:
 
 
 def _figures_of(script: Path) -> dict[str, Callable[[], Figure]]:
-    """The `FIGURES` dict of a script, checked for shape and names."""
-    figures = getattr(_load_script(script), "FIGURES", None)
+    """The `FIGURES` dict of a script, checked for shape and names.
+
+    Raises:
+        ValueError: the script fails to import, or its `FIGURES` is not a dict of named drawing functions.
+    """
+    try:
+        module = _load_script(script)
+    except Exception as error:
+        raise ValueError(f"{script} failed to import:\n{_traceback(error)}") from error
+    figures = getattr(module, "FIGURES", None)
     if not isinstance(figures, dict) or not figures:
-        raise PluginError(f"{script}: defines no FIGURES dict of name -> drawing function")
+        raise ValueError(f"{script}: defines no FIGURES dict of name -> drawing function")
     for name, draw in figures.items():
         if not isinstance(name, str) or not FIGURE_NAME.fullmatch(name):
-            raise PluginError(f"{script}: figure name {name!r} is not lowercase-with-hyphens")
+            raise ValueError(f"{script}: figure name {name!r} is not lowercase-with-hyphens")
         if not callable(draw):
-            raise PluginError(f"{script}: FIGURES[{name!r}] is not callable")
+            raise ValueError(f"{script}: FIGURES[{name!r}] is not callable")
     return figures
 
 
@@ -243,52 +250,56 @@ def _extents(figure: Figure) -> list[tuple[str, Bbox]]:
     return [(what, artist.get_tightbbox().transformed(inches)) for what, artist in named]
 
 
-def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Run every figure script and add its figures to the build as `figures/<name>.svg`."""
+def draw_figures(docs_dir: Path) -> tuple[dict[str, bytes], dict[str, tuple[int, int]]]:
+    """Run every figure script of `docs_dir/figures` and draw each figure in both variants.
+
+    Returns:
+        The SVG of each variant by its docs-relative path (`figures/<name>.svg`, `figures/<name>-dark.svg`),
+        and the size of each figure in CSS pixels (width, height) by its name.
+
+    Raises:
+        ValueError: a script or a figure fails, a figure breaks the contract, its variants differ in size,
+            two scripts draw the same name, or docs/ holds a committed file of a figure.
+    """
+    svgs: dict[str, bytes] = {}
+    sizes: dict[str, tuple[int, int]] = {}
     drawn: dict[str, Path] = {}
-    for script in scripts(config.docs_dir):
-        try:
-            figures = _figures_of(script)
-        except PluginError:
-            raise
-        except Exception as error:
-            raise PluginError(f"{script} failed to import:\n{_traceback(error)}") from error
-        for name, draw in figures.items():
+    for script in scripts(docs_dir):
+        for name, draw in _figures_of(script).items():
             if name in drawn:
-                raise PluginError(f"{script}: figure {name!r} is also drawn by {drawn[name]}")
-            sizes = set()
+                raise ValueError(f"{script}: figure {name!r} is also drawn by {drawn[name]}")
+            variant_sizes = set()
             for variant, suffix in VARIANTS.items():
                 uri = f"figures/{name}{suffix}.svg"
-                if files.get_file_from_path(uri) is not None:
-                    raise PluginError(
+                if Path(docs_dir, uri).exists():
+                    raise ValueError(
                         f"docs/{uri} exists: figures are drawn at build time, not committed"
                     )
                 try:
-                    figure, svg = draw_variant(draw, variant)
+                    figure, svgs[uri] = draw_variant(draw, variant)
                 except Exception as error:
-                    raise PluginError(
+                    raise ValueError(
                         f"{script}: figure {name!r} ({variant}) failed:\n{_traceback(error)}"
                     ) from error
                 width, height = figure.get_size_inches() * 96  # matplotlib's SVG: 72 pt per inch
-                sizes.add((round(width), round(height)))
-                files.append(File.generated(config, uri, content=svg))
-            if len(sizes) != 1:
-                raise PluginError(
-                    f"{script}: the variants of figure {name!r} differ in size: {sizes}"
+                variant_sizes.add((round(width), round(height)))
+            if len(variant_sizes) != 1:
+                raise ValueError(
+                    f"{script}: the variants of figure {name!r} differ in size: {variant_sizes}"
                 )
-            _sizes[name] = sizes.pop()
+            sizes[name] = variant_sizes.pop()
             drawn[name] = script
-    return files
+    return svgs, sizes
 
 
-def on_page_content(html: str, page: object, config: MkDocsConfig, files: Files) -> str:
-    """Turn each figure's `<img>` into its light and dark variants, each with its width and height."""
+def with_variants(html: str, sizes: dict[str, tuple[int, int]]) -> str:
+    """Turn each `<img>` of a figure in `sizes` into its light and dark variants, each with its size."""
 
     def variants(found: re.Match[str]) -> str:
         name = found["name"]
-        if name not in _sizes:
+        if name not in sizes:
             return found[0]
-        width, height = _sizes[name]
+        width, height = sizes[name]
         attributes, src, rest = found["attributes"], found["src"], found["rest"]
         return "".join(
             f'<img width="{width}" height="{height}" loading="lazy" {attributes}'
@@ -301,3 +312,25 @@ def on_page_content(html: str, page: object, config: MkDocsConfig, files: Files)
 
 def _traceback(error: Exception) -> str:
     return "".join(traceback.format_exception(error))
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+_sizes: dict[str, tuple[int, int]] = {}  # of the figures drawn by on_files, for the pages
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Draw every figure and add it to the build as `figures/<name>.svg` and `figures/<name>-dark.svg`."""
+    try:
+        svgs, sizes = draw_figures(Path(config.docs_dir))
+    except ValueError as error:
+        raise PluginError(str(error)) from error
+    for uri, svg in svgs.items():
+        files.append(File.generated(config, uri, content=svg))
+    _sizes.update(sizes)
+    return files
+
+
+def on_page_content(html: str, page: object, config: MkDocsConfig, files: Files) -> str:
+    """Turn each figure's `<img>` into its light and dark variants, each with its width and height."""
+    return with_variants(html, _sizes)

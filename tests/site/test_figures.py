@@ -116,9 +116,9 @@ def test_a_figure_with_a_radical_keeps_its_text_as_outlines() -> None:
 
 
 def test_the_page_shows_the_variant_of_the_scheme() -> None:
-    figures._sizes["a-line"] = (384, 288)
+    sizes = {"a-line": (384, 288)}
     html = '<figure>\n<p><img alt="A line" src="../../figures/a-line.svg" /></p>'
-    shown = figures.on_page_content(html, None, None, None)
+    shown = figures.with_variants(html, sizes)
     assert shown == (
         '<figure>\n<p><img width="384" height="288" loading="lazy" alt="A line" '
         'src="../../figures/a-line.svg#only-light" />'
@@ -126,7 +126,7 @@ def test_the_page_shows_the_variant_of_the_scheme() -> None:
         'src="../../figures/a-line-dark.svg#only-dark" /></p>'
     )
     untouched = '<img alt="x" src="../../figures/not-drawn.svg" />'
-    assert figures.on_page_content(untouched, None, None, None) == untouched
+    assert figures.with_variants(untouched, sizes) == untouched
 
 
 # A colour, a grey level, a colormap or a font size named in a figure script: the contract says to use the

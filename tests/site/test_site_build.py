@@ -165,10 +165,31 @@ def test_figure_svg_is_deterministic() -> None:
         (DRAW, "no FIGURES"),
     ],
 )
-def test_a_failing_figure_script_fails_the_build(tmp_path: Path, body: str, message: str) -> None:
+def test_a_failing_figure_script_is_named(tmp_path: Path, body: str, message: str) -> None:
+    _write_script(tmp_path, body)
+    with pytest.raises(ValueError, match=message):
+        load_hook("figures").draw_figures(tmp_path)
+
+
+def test_a_figure_is_drawn_once_and_never_committed(tmp_path: Path) -> None:
+    draw_figures = load_hook("figures").draw_figures
+    _write_script(tmp_path, DRAW + 'FIGURES = {"a-line": line}\n')
+    svgs, sizes = draw_figures(tmp_path)
+    assert list(svgs) == ["figures/a-line.svg", "figures/a-line-dark.svg"]
+    assert sizes == {"a-line": (192, 192)}  # 2 in at 96 CSS px per inch
+    (tmp_path / "figures" / "again.py").write_text(DRAW + 'FIGURES = {"a-line": line}\n')
+    with pytest.raises(ValueError, match="'a-line' is also drawn by"):
+        draw_figures(tmp_path)
+    (tmp_path / "figures" / "again.py").unlink()
+    (tmp_path / "figures" / "a-line-dark.svg").write_bytes(svgs["figures/a-line-dark.svg"])
+    with pytest.raises(ValueError, match=re.escape("docs/figures/a-line-dark.svg exists")):
+        draw_figures(tmp_path)
+
+
+def test_a_failing_figure_script_fails_the_build(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
-    _write_script(docs, body)
-    with pytest.raises(PluginError, match=message):
+    _write_script(docs, DRAW + 'FIGURES = {"a-line": lambda: 1 / 0}\n')
+    with pytest.raises(PluginError, match="ZeroDivisionError"):
         _run_figures_hook(docs)
 
 
