@@ -48,11 +48,16 @@ NOTEBOOK_MARKDOWN = re.compile(
 TAG_OR_TEXT = re.compile(r"(<[^>]+>)")
 DOLLARS = re.compile(r"\$\$(?P<display>.+?)\$\$|(?<![\\$])\$(?P<inline>[^$\n]+?)\$", re.DOTALL)
 
-_typesetter: subprocess.Popen[str] | None = None
+_typesetter: subprocess.Popen[str] | None = None  # the Node process, between start() and stop()
 
 
-def _start() -> subprocess.Popen[str]:
-    """The Node process that typesets, installing MathJax from the lockfile first if it is missing."""
+def start() -> None:
+    """Start the Node process that typesets, installing MathJax from the lockfile first if it is missing.
+
+    Raises:
+        RuntimeError: `npm ci` failed.
+    """
+    global _typesetter
     TYPESET.mkdir(exist_ok=True)
     lockfile = "package-lock.json"
     stale = (
@@ -69,8 +74,8 @@ def _start() -> subprocess.Popen[str]:
             text=True,
         )
         if done.returncode != 0:
-            raise PluginError(f"npm ci in {TYPESET} failed:\n{done.stdout}{done.stderr}")
-    return subprocess.Popen(
+            raise RuntimeError(f"npm ci in {TYPESET} failed:\n{done.stdout}{done.stderr}")
+    _typesetter = subprocess.Popen(
         [str(Path(NODEJS, "bin", "node")), str(TYPESET / "typeset.js"), "woff-v2"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -79,26 +84,41 @@ def _start() -> subprocess.Popen[str]:
     )
 
 
+def stop() -> None:
+    """End the Node process."""
+    global _typesetter
+    _typesetter.stdin.close()
+    _typesetter.wait()
+    _typesetter.stdout.close()
+    _typesetter = None
+
+
 def _ask(request: dict) -> dict:
     _typesetter.stdin.write(json.dumps(request) + "\n")
     _typesetter.stdin.flush()
     line = _typesetter.stdout.readline()
     if not line:
-        raise PluginError("the MathJax process stopped")
+        raise RuntimeError("the MathJax process stopped")
     return json.loads(line)
 
 
 def typeset(tex: str, display: bool, where: str) -> str:
-    """One formula as CommonHTML, its TeX kept in `data-tex`."""
+    """One formula as CommonHTML, its TeX kept in `data-tex`.
+
+    Raises:
+        ValueError: a TeX error; the message names `where`.
+    """
     answer = _ask({"tex": tex, "display": display})
     if "error" in answer:
-        raise PluginError(f"{where}: TeX error in {tex!r}: {answer['error']}")
+        raise ValueError(f"{where}: TeX error in {tex!r}: {answer['error']}")
     return answer["html"].replace(
         "<mjx-container ", f'<mjx-container data-tex="{html.escape(tex)}" ', 1
     )
 
 
-def _arithmatex(content: str, where: str) -> str:
+def typeset_arithmatex(content: str, where: str) -> str:
+    """Typeset the math that arithmatex wrapped in `.arithmatex` elements (`\\( \\)`, `\\[ \\]`)."""
+
     def replace(found: re.Match[str]) -> str:
         display = found["display"] is not None
         tex = html.unescape(found["display"] if display else found["inline"])
@@ -107,7 +127,7 @@ def _arithmatex(content: str, where: str) -> str:
     return ARITHMATEX.sub(replace, content)
 
 
-def _dollars(content: str, where: str) -> str:
+def typeset_dollars(content: str, where: str) -> str:
     """Typeset `$ $` and `$$ $$` in the text (not the tags, not code) of notebook Markdown cells."""
 
     def cell(found: re.Match[str]) -> str:
@@ -131,19 +151,34 @@ def _dollars(content: str, where: str) -> str:
     return NOTEBOOK_MARKDOWN.sub(cell, content)
 
 
+def stylesheet() -> str:
+    """The CSS of every formula typeset since `start()`: it names the fonts as `woff-v2/<font>`."""
+    return _ask({"css": True})["css"]
+
+
+def fonts() -> list[Path]:
+    """The woff-v2 fonts of MathJax, which the stylesheet expects in `woff-v2/` beside it."""
+    return sorted(FONTS.glob("*.woff"))
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+
 def on_config(config: MkDocsConfig) -> MkDocsConfig:
     config.extra_css.append(STYLESHEET)
     return config
 
 
 def on_pre_build(config: MkDocsConfig) -> None:
-    global _typesetter
-    _typesetter = _start()
+    try:
+        start()
+    except RuntimeError as error:
+        raise PluginError(str(error)) from error
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Add the fonts under `assets/mathjax/woff-v2/`."""
-    for font in sorted(FONTS.glob("*.woff")):
+    for font in fonts():
         files.append(File.generated(config, f"{DEST}/woff-v2/{font.name}", abs_src_path=str(font)))
     return files
 
@@ -151,18 +186,24 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 def on_page_content(content: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Typeset a page's own content (what the search index is made from)."""
     where = page.file.src_uri
-    content = _arithmatex(content, where)
-    return _dollars(content, where) if where.endswith(".ipynb") else content
+    try:
+        content = typeset_arithmatex(content, where)
+        return typeset_dollars(content, where) if where.endswith(".ipynb") else content
+    except ValueError as error:  # a TeX error
+        raise PluginError(str(error)) from error
 
 
 def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
     """Typeset what the page shows beyond its content: the blog's excerpts of posts, on its index views."""
-    return _arithmatex(output, page.file.src_uri)
+    try:
+        return typeset_arithmatex(output, page.file.src_uri)
+    except ValueError as error:  # a TeX error
+        raise PluginError(str(error)) from error
 
 
 def on_post_build(config: MkDocsConfig) -> None:
     """Write the stylesheet of every formula typeset, and stop the Node process."""
-    css = _ask({"css": True})["css"]
+    css = stylesheet()
     stop()
     Path(config.site_dir, STYLESHEET).write_text(css, encoding="utf-8")
 
@@ -170,12 +211,3 @@ def on_post_build(config: MkDocsConfig) -> None:
 def on_build_error(error: Exception) -> None:
     if _typesetter is not None:
         stop()
-
-
-def stop() -> None:
-    """End the Node process."""
-    global _typesetter
-    _typesetter.stdin.close()
-    _typesetter.wait()
-    _typesetter.stdout.close()
-    _typesetter = None
