@@ -78,32 +78,51 @@ def project_page(pins: list[str], requires_python: str | None) -> str:
     return INDEX_PAGE.format(title=f"Links for {PROJECT}", links=links)
 
 
-def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Build the wheel and the sdist and add them, with the simple index, to the site."""
-    root = Path(config.config_file_path).parent
+def package_index(root: Path, site_url: str) -> tuple[dict[str, str], dict[str, bytes | str]]:
+    """Build the project at `root` and its simple index, for a site served at `site_url`.
+
+    Returns:
+        The values of the placeholders but `site_url` (`qkv_version`, `qkv_wheel`, `qkv_sdist`), and the
+        files to publish: their content by their path on the site.
+    """
     with tempfile.TemporaryDirectory(prefix="qkv-dist-") as folder:
-        try:
-            distributions = build(root, Path(folder))
-        except Exception as error:
-            raise PluginError(f"building the {PROJECT} distributions failed: {error}") from error
+        distributions = build(root, Path(folder))  # (wheel, sdist)
         found = metadata(distributions[0])
-        config.extra["qkv_version"] = found["Version"]  # what pages say they were checked with
-        pins = [pinned(path) for path in distributions]  # (wheel, sdist)
-        config.extra["qkv_wheel"], config.extra["qkv_sdist"] = (
-            f"{config.site_url}packages/{pin}" for pin in pins
-        )
-        for path in distributions:
-            files.append(File.generated(config, f"packages/{path.name}", content=path.read_bytes()))
-        page = project_page(pins, found.get("Requires-Python"))
-        files.append(File.generated(config, f"simple/{PROJECT}/index.html", content=page))
-    projects = INDEX_PAGE.format(title="Simple index", links=f'<a href="{PROJECT}/">{PROJECT}</a>')
-    files.append(File.generated(config, "simple/index.html", content=projects))
+        pins = [pinned(path) for path in distributions]
+        files: dict[str, bytes | str] = {
+            f"packages/{path.name}": path.read_bytes() for path in distributions
+        }
+    files[f"simple/{PROJECT}/index.html"] = project_page(pins, found.get("Requires-Python"))
+    files["simple/index.html"] = INDEX_PAGE.format(
+        title="Simple index", links=f'<a href="{PROJECT}/">{PROJECT}</a>'
+    )
+    wheel, sdist = (f"{site_url}packages/{pin}" for pin in pins)
+    return {"qkv_version": found["Version"], "qkv_wheel": wheel, "qkv_sdist": sdist}, files
+
+
+def filled(markdown: str, values: dict[str, str]) -> str:
+    """`markdown` with each `{{ name }}` of `values` replaced by its value."""
+    for name, value in values.items():
+        markdown = markdown.replace(f"{{{{ {name} }}}}", value)
+    return markdown
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Add the distributions and the simple index to the site; keep the placeholders' values in `extra`."""
+    try:
+        values, published = package_index(Path(config.config_file_path).parent, config.site_url)
+    except Exception as error:
+        raise PluginError(f"building the {PROJECT} distributions failed: {error}") from error
+    config.extra.update(values)  # qkv_version also goes under each article's title (code_blocks.py)
+    for path, content in published.items():
+        files.append(File.generated(config, path, content=content))
     return files
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Fill in `{{ site_url }}`, `{{ qkv_version }}`, `{{ qkv_wheel }}` and `{{ qkv_sdist }}`."""
     values = {"site_url": config.site_url} | {name: config.extra[name] for name in PLACEHOLDERS[1:]}
-    for name, value in values.items():
-        markdown = markdown.replace(f"{{{{ {name} }}}}", value)
-    return markdown
+    return filled(markdown, values)
