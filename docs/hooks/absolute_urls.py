@@ -32,20 +32,6 @@ ATTRIBUTE = re.compile(
 )
 
 
-def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
-    """Rewrite the relative `href` and `src` of every element of a page into absolute URLs."""
-    return absolute_urls(output, urljoin(config.site_url, page.url))
-
-
-def on_post_template(output_content: str, template_name: str, config: MkDocsConfig) -> str:
-    """The same for the 404 page, a theme template that is not a page (the sitemap holds full URLs already)."""
-    return (
-        absolute_urls(output_content, config.site_url)
-        if template_name.endswith(".html")
-        else output_content
-    )
-
-
 def absolute_urls(html: str, base: str) -> str:
     """`html` with each relative `href` and `src` of its elements resolved against the URL `base`."""
     pieces, end = [], 0
@@ -101,3 +87,20 @@ class _RelativeTags(HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         self.svg_depth -= tag == "svg"
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+
+def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
+    """Rewrite the relative `href` and `src` of every element of a page into absolute URLs."""
+    return absolute_urls(output, urljoin(config.site_url, page.url))
+
+
+def on_post_template(output_content: str, template_name: str, config: MkDocsConfig) -> str:
+    """The same for the 404 page, a theme template that is not a page (the sitemap holds full URLs already)."""
+    return (
+        absolute_urls(output_content, config.site_url)
+        if template_name.endswith(".html")
+        else output_content
+    )

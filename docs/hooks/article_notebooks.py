@@ -18,6 +18,7 @@ The hook writes `<slug>.ipynb` next to each post's page and puts a download butt
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -133,40 +134,63 @@ def _linked(found: re.Match[str], link: Callable[[str], str]) -> str:
     return f"{found['head']}{link(found['target'])}{found['tail']}"
 
 
-# --- the hook ----------------------------------------------------------------------------------------------
+def site_link(target: str, *, page: str, urls: Mapping[str, str]) -> str:
+    """The address of a relative link `target` of the page whose docs path is `page`.
+
+    Args:
+        target: as written in the page (`masking.md#anchor`, `../../figures/x.svg`).
+        page: the page's path under docs/ (`blog/posts/x.md`).
+        urls: the address on the site of each file, by its path under docs/.
+
+    Raises:
+        ValueError: the link names no file of the site.
+    """
+    path, _, anchor = target.partition("#")
+    source = posixpath.normpath(posixpath.join(posixpath.dirname(page), path))
+    if source not in urls:
+        raise ValueError(f"{page}: no file {source} for the link {target!r}")
+    return urls[source] + (f"#{anchor}" if anchor else "")
+
+
+def notebook_json(notebook: nbformat.NotebookNode) -> str:
+    """The text of the notebook's `.ipynb` file."""
+    return json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def with_download_button(html: str, notebook_name: str, icon: str) -> str:
+    """A page's content with a button at the top that downloads `notebook_name`, beside the page."""
+    button = (
+        f'<a href="{notebook_name}" download class="md-content__button md-icon" '
+        f'title="Download this article as a Jupyter notebook" '
+        f'aria-label="Download this article as a Jupyter notebook">{icon}</a>'
+    )
+    return button + html
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
 
 
 def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Write the post's notebook next to its page and put a download button at the top of the page."""
     if not page.file.src_uri.startswith(POSTS) or not page.file.src_uri.endswith(".md"):
         return html
-    folder = posixpath.dirname(page.file.dest_uri)  # where the page's index.html goes
+    urls = {file.src_uri: config.site_url + file.url for file in files}
+    try:
+        notebook = article_notebook(
+            page.file.content_string,
+            snippets=config.mdx_configs["pymdownx.snippets"],
+            link=functools.partial(site_link, page=page.file.src_uri, urls=urls),
+            url=config.site_url + page.url,
+            wheel_url=config.extra["qkv_wheel"],
+        )
+    except ValueError as error:
+        raise PluginError(str(error)) from error
     name = f"{page.meta.get('slug', page.file.name)}.ipynb"
-
-    def link(target: str) -> str:
-        path, _, anchor = target.partition("#")
-        source = posixpath.normpath(posixpath.join(posixpath.dirname(page.file.src_uri), path))
-        linked = files.get_file_from_path(source)
-        if linked is None:
-            raise PluginError(f"{page.file.src_uri}: no file {source} for the link {target!r}")
-        return config.site_url + linked.url + (f"#{anchor}" if anchor else "")
-
-    notebook = article_notebook(
-        page.file.content_string,
-        snippets=config.mdx_configs["pymdownx.snippets"],
-        link=link,
-        url=config.site_url + page.url,
-        wheel_url=config.extra["qkv_wheel"],
+    folder = posixpath.dirname(page.file.dest_uri)  # where the page's index.html goes
+    files.append(
+        File.generated(config, posixpath.join(folder, name), content=notebook_json(notebook))
     )
-    content = json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
-    files.append(File.generated(config, posixpath.join(folder, name), content=content))
-    icon = _icon(config, "material/download")
-    button = (
-        f'<a href="{name}" download class="md-content__button md-icon" '
-        f'title="Download this article as a Jupyter notebook" '
-        f'aria-label="Download this article as a Jupyter notebook">{icon}</a>'
-    )
-    return button + html
+    return with_download_button(html, name, _icon(config, "material/download"))
 
 
 def _icon(config: MkDocsConfig, name: str) -> str:

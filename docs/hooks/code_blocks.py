@@ -56,13 +56,21 @@ def checked_with(qkv_version: str) -> str:
     )
 
 
+def with_checked_note(markdown: str, qkv_version: str) -> str:
+    """An article's Markdown with the Get started link and the versions (`checked_with`) under its title."""
+    note = (
+        "To run this page's code, [install `qkv`](../../get-started.md). "
+        f"Its blocks are checked with {checked_with(qkv_version)}.\n{{ .qkv-checked }}"
+    )
+    return TITLE.sub(lambda heading: f"{heading[0]}\n\n{note}", markdown, count=1)
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Title the marked blocks; put the Get started link and the versions under an article's title."""
     markdown = titled(markdown)
     if not page.file.src_uri.startswith(POSTS):
         return markdown
-    note = (
-        "To run this page's code, [install `qkv`](../../get-started.md). "
-        f"Its blocks are checked with {checked_with(config.extra['qkv_version'])}.\n{{ .qkv-checked }}"
-    )
-    return TITLE.sub(lambda heading: f"{heading[0]}\n\n{note}", markdown, count=1)
+    return with_checked_note(markdown, config.extra["qkv_version"])

@@ -13,11 +13,19 @@ from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
 
+FEEDS = "feed_rss_*.xml"  # the plugin's two feeds, by creation and by update date
 EMPTY_IMAGE = re.compile(r"<image>\s*<url>None</url>.*?</image>", re.DOTALL)
+
+
+def without_empty_image(feed: str) -> str:
+    """An RSS feed's XML without the `<image>` element whose URL is `None`."""
+    return EMPTY_IMAGE.sub("", feed)
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
 
 
 def on_post_build(config: MkDocsConfig) -> None:
     """Drop the empty image element from every RSS feed of the site."""
-    for feed in Path(config.site_dir).glob("feed_rss_*.xml"):
-        text = feed.read_text(encoding="utf-8")
-        feed.write_text(EMPTY_IMAGE.sub("", text), encoding="utf-8")
+    for feed in Path(config.site_dir).glob(FEEDS):
+        feed.write_text(without_empty_image(feed.read_text(encoding="utf-8")), encoding="utf-8")

@@ -25,10 +25,8 @@ NESTED_ROOT = re.compile(r"\S\s+:root")
 GROUPING_RULES = {"media", "supports"}
 
 
-def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Drop the rules of a notebook page's inline stylesheets that no element of the page can match."""
-    if not page.file.src_uri.endswith(".ipynb"):
-        return html
+def without_unused_css(html: str) -> str:
+    """Drop the rules of a page's inline stylesheets that no element of the page can match."""
     classes = {name for names in CLASS_ATTRIBUTE.findall(html) for name in names.split()}
 
     def pruned(style: re.Match[str]) -> str:
@@ -61,3 +59,11 @@ def used_rules(rules: list, classes: set[str]) -> list:
 def _can_match(selector: str, classes: set[str]) -> bool:
     required = set(REQUIRED_CLASS.findall(NEGATION.sub("", selector)))
     return required <= classes and not NESTED_ROOT.search(selector)
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Drop the rules of a notebook page's inline stylesheets that no element of the page can match."""
+    return without_unused_css(html) if page.file.src_uri.endswith(".ipynb") else html

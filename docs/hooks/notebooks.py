@@ -31,30 +31,50 @@ NO_ALT = 'alt="No description has been provided for this image"'
 CELL_ID = re.compile(r'id="cell-id=([^"]+)"')
 
 
-def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Strip nbconvert's CDN loaders from a notebook page."""
-    if not page.file.src_uri.endswith(".ipynb"):
-        return html
+def notebook_page(html: str, notebook: str, where: str) -> str:
+    """A notebook page's HTML without nbconvert's CDN loaders, its images with their cells' alt texts.
+
+    Args:
+        html: the page's content, as mkdocs-jupyter renders it.
+        notebook: the notebook's JSON, whose code cells hold the alt texts in their metadata.
+        where: the notebook's path, for the error message.
+
+    Raises:
+        ValueError: a cell outputs an image and has no `alt` in its metadata.
+    """
     html = MATHJAX_LOADER.sub("", html)
     html = MODULE_SCRIPT.sub(lambda script: "" if "mermaid" in script[0] else script[0], html)
-    return _alt_texts(html, page)
+    return _alt_texts(html, notebook, where)
 
 
-def _alt_texts(html: str, page: Page) -> str:
+def _alt_texts(html: str, notebook: str, where: str) -> str:
     """Put each code cell's `alt` metadata on the images it outputs, in place of nbconvert's placeholder."""
     if NO_ALT not in html:
         return html
-    cells = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))["cells"]
-    alts = {cell.get("id"): cell["metadata"].get("alt") for cell in cells}
+    alts = {cell.get("id"): cell["metadata"].get("alt") for cell in json.loads(notebook)["cells"]}
     pieces = CELL_ID.split(html)  # [before the first cell, id, cell html, id, cell html, ...]
     for index in range(1, len(pieces), 2):
         cell_id, body = pieces[index], pieces[index + 1]
         if NO_ALT in body:
             if not alts.get(cell_id):
-                raise PluginError(
-                    f"{page.file.src_uri}: cell {cell_id} outputs an image; say what it shows in its "
+                raise ValueError(
+                    f"{where}: cell {cell_id} outputs an image; say what it shows in its "
                     'metadata, "alt": "..."'
                 )
             pieces[index + 1] = body.replace(NO_ALT, f'alt="{markup.escape(alts[cell_id])}"')
         pieces[index] = f'id="cell-id={cell_id}"'
     return "".join(pieces)
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Strip nbconvert's CDN loaders from a notebook page; give its images their alt texts."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return html
+    notebook = Path(page.file.abs_src_path).read_text(encoding="utf-8")
+    try:
+        return notebook_page(html, notebook, page.file.src_uri)
+    except ValueError as error:
+        raise PluginError(str(error)) from error

@@ -13,7 +13,7 @@ It runs after the blog plugin's own `on_nav` (priority -50), which attaches the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
@@ -48,31 +48,46 @@ def reading_order(home_markdown: str) -> list[str]:
     return order
 
 
+def articles(home_markdown: str, posts: Collection[str]) -> list[str]:
+    """`posts` (source paths, `blog/posts/x.md`) in the reading order of the home page.
+
+    Raises:
+        ValueError: the reading order (`reading_order`) does not list every one of `posts` exactly once, or
+            names a post that is not one of them.
+    """
+    order = reading_order(home_markdown)
+    missing, unknown = sorted(set(posts) - set(order)), sorted(set(order) - set(posts))
+    if missing or unknown:
+        raise ValueError(
+            f"the reading order must list every post once; missing {missing}, unknown {unknown}"
+        )
+    return order
+
+
+# --- the MkDocs hook ------------------------------------------------------------------------------------------
+
+
 @event_priority(-100)
 def on_nav(nav: Navigation, config: MkDocsConfig, files: Files) -> Navigation:
     """Insert the articles in reading order, and link previous/next along the navigation."""
-    try:
-        order = reading_order(Path(config.docs_dir, HOME).read_text(encoding="utf-8"))
-    except ValueError as error:
-        raise PluginError(f"{HOME}: {error}") from error
     posts = {
         file.src_uri: file.page
         for file in files.documentation_pages()
         if file.src_uri.startswith(POSTS) and file.page is not None
     }
-    missing, unknown = sorted(set(posts) - set(order)), sorted(set(order) - set(posts))
-    if missing or unknown:
-        raise PluginError(
-            f"{HOME}: the reading order must list every post once; missing {missing}, unknown {unknown}"
-        )
-    articles = Section(SECTION_TITLE, [posts[path] for path in order])
+    try:
+        order = articles(Path(config.docs_dir, HOME).read_text(encoding="utf-8"), posts)
+    except ValueError as error:
+        raise PluginError(f"{HOME}: {error}") from error
     blog = next(
         (item for item in nav.items if item.is_section and item.title == BLOG_SECTION), None
     )
     if blog is None:
         raise PluginError(f"mkdocs.yml: the nav needs a '{BLOG_SECTION}' section for the blog")
     nav.items.remove(blog)
-    nav.items.insert(_after_get_started(nav), articles)
+    nav.items.insert(
+        _after_get_started(nav), Section(SECTION_TITLE, [posts[path] for path in order])
+    )
     nav.items.append(blog)
     nav.pages = list(_pages(nav.items))
     bookended = [None, *nav.pages, None]

@@ -16,7 +16,7 @@ ARTICLE = SimpleNamespace(url="blog/masking/")
 
 
 def _page(html: str) -> str:
-    return hook.on_post_page(html, ARTICLE, CONFIG)
+    return hook.absolute_urls(html, f"{SITE}blog/masking/")
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ STYLE = """
 
 def test_rules_that_need_a_class_the_page_lacks_are_dropped() -> None:
     html = f'<style>{STYLE}</style><div class="jupyter-wrapper"><div class="jp-Cell">x</div></div>'
-    pruned = notebook_styles.on_page_content(html, NOTEBOOK, None, None)
+    pruned = notebook_styles.without_unused_css(html)
     assert ".jp-Cell { color: red }" in pruned
     assert ".jp-Cell:not(.jp-mod-active)" in pruned  # a negated class is not required
     assert "@media print {.jupyter-wrapper .jp-Cell { break: avoid }}" in pruned
@@ -35,9 +35,10 @@ def test_rules_that_need_a_class_the_page_lacks_are_dropped() -> None:
     assert pruned.endswith('<div class="jupyter-wrapper"><div class="jp-Cell">x</div></div>')
 
 
-def test_article_pages_are_left_alone() -> None:
+def test_only_notebook_pages_are_pruned() -> None:
     html = f'<style>{STYLE}</style><p class="x">y</p>'
     assert notebook_styles.on_page_content(html, ARTICLE, None, None) == html
+    assert notebook_styles.on_page_content(html, NOTEBOOK, None, None) != html
 
 
 def test_the_playground_page_ships_a_tenth_of_jupyterlabs_css() -> None:

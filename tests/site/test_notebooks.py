@@ -158,3 +158,38 @@ def test_first_code_cell_installs_qkv_from_the_site_with_the_posts_extras(
     assert "index" not in install.source  # never a name looked up on an index
     plain = article_notebook(POST, snippets=tmp_snippets, wheel_url=wheel).cells[0]
     assert f'qkv = "qkv @ {wheel}"' in plain.source
+
+
+def test_a_relative_link_becomes_the_address_of_its_file() -> None:
+    site_link = load_hook("article_notebooks").site_link
+    urls = {
+        "blog/posts/masking.md": "https://x/blog/masking/",
+        "figures/a.svg": "https://x/figures/a.svg",
+    }
+    page = "blog/posts/scaling.md"
+    assert site_link("masking.md#mask", page=page, urls=urls) == "https://x/blog/masking/#mask"
+    assert site_link("../../figures/a.svg", page=page, urls=urls) == "https://x/figures/a.svg"
+    with pytest.raises(
+        ValueError, match=r"scaling.md: no file blog/posts/gone.md for the link 'gone.md'"
+    ):
+        site_link("gone.md", page=page, urls=urls)
+
+
+def test_the_notebook_file_keeps_its_characters_and_sorts_its_keys(
+    tmp_snippets: dict[str, object],
+) -> None:
+    notebook_json = load_hook("article_notebooks").notebook_json
+    text = notebook_json(
+        article_notebook(POST.replace("# Example", "# √d_k"), snippets=tmp_snippets)
+    )
+    assert text.startswith('{\n "cells": [\n  {\n   "cell_type": "markdown",\n')
+    assert '"source": "# √d_k' in text
+    assert text.endswith('"nbformat_minor": 5\n}\n')
+    assert nbformat.reads(text, as_version=4).cells[0].source.startswith("# √d_k")
+
+
+def test_the_download_button_comes_first_and_names_the_notebook() -> None:
+    with_download_button = load_hook("article_notebooks").with_download_button
+    page = with_download_button("<h1>Masking</h1>", "masking.ipynb", "<svg></svg>")
+    assert page.startswith('<a href="masking.ipynb" download class="md-content__button md-icon" ')
+    assert page.endswith("><svg></svg></a><h1>Masking</h1>")

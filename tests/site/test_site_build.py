@@ -7,9 +7,9 @@ draws every figure), then reads the output. The hooks' own behaviour is tested o
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -179,17 +179,35 @@ def test_a_failing_figure_script_fails_the_build(tmp_path: Path) -> None:
         _run_figures_hook(docs)
 
 
-def test_notebook_hook_strips_cdn_loaders() -> None:
-    notebooks = load_hook("notebooks")
+def test_notebook_page_loses_the_cdn_loaders() -> None:
+    notebook_page = load_hook("notebooks").notebook_page
     html = (
         '<p>x</p><!-- Load mathjax --><script src="https://cdnjs.cloudflare.com/x.js"> </script>'
         '<script type="text/x-mathjax-config">init()</script><!-- End of mathjax configuration -->'
         '<script type="module">const m = (await import("https://cdnjs.cloudflare.com/mermaid.mjs"));'
         " // mermaid</script><p>y</p>"
     )
+    assert notebook_page(html, '{"cells": []}', "notebooks/x.ipynb") == "<p>x</p><p>y</p>"
 
-    page = SimpleNamespace(file=SimpleNamespace(src_uri="notebooks/x.ipynb"))
-    assert notebooks.on_page_content(html, page, None, None) == "<p>x</p><p>y</p>"
+
+def test_notebook_images_take_their_cells_alt_text() -> None:
+    notebook_page = load_hook("notebooks").notebook_page
+    no_alt = 'alt="No description has been provided for this image"'
+    html = f'<div id="cell-id=a"><img {no_alt}></div><div id="cell-id=b"><p>b</p></div>'
+    cells = [{"id": "a", "metadata": {"alt": "A <line>"}}, {"id": "b", "metadata": {}}]
+    notebook = json.dumps({"cells": cells})
+    assert notebook_page(html, notebook, "x.ipynb") == html.replace(no_alt, 'alt="A &lt;line&gt;"')
+    cells[0]["metadata"] = {}
+    with pytest.raises(ValueError, match=re.escape("x.ipynb: cell a outputs an image; say what")):
+        notebook_page(html, json.dumps({"cells": cells}), "x.ipynb")
+
+
+def test_rss_feeds_lose_the_image_without_url() -> None:
+    without_empty_image = load_hook("feeds").without_empty_image
+    feed = "<channel><title>QKV</title><image>\n<url>None</url><title>QKV</title></image><item/></channel>"
+    assert without_empty_image(feed) == "<channel><title>QKV</title><item/></channel>"
+    logo = "<channel><image><url>https://x/logo.png</url></image></channel>"
+    assert without_empty_image(logo) == logo
 
 
 def test_reading_order_is_the_home_pages_numbered_list() -> None:
@@ -208,6 +226,19 @@ def test_home_page_orders_every_article() -> None:
     assert sorted(order) == posts
 
 
+def test_articles_are_every_post_in_reading_order() -> None:
+    articles = load_hook("reading_order").articles
+    home = "## Reading order\n\n1. [B](blog/posts/b.md)\n2. [A](blog/posts/a.md)\n"
+    assert articles(home, {"blog/posts/a.md", "blog/posts/b.md"}) == [
+        "blog/posts/b.md",
+        "blog/posts/a.md",
+    ]
+    with pytest.raises(ValueError, match=r"missing \['blog/posts/c.md'\], unknown \[\]"):
+        articles(home, {"blog/posts/a.md", "blog/posts/b.md", "blog/posts/c.md"})
+    with pytest.raises(ValueError, match=r"missing \[\], unknown \['blog/posts/a.md'\]"):
+        articles(home, {"blog/posts/b.md"})
+
+
 def test_marked_blocks_get_a_visible_title() -> None:
     titled = load_hook("code_blocks").titled
     page = (
@@ -217,6 +248,19 @@ def test_marked_blocks_get_a_visible_title() -> None:
     assert titled(page) == page.replace(
         "```python\nprint", '```python title="Continues the block above"\nprint'
     ).replace("  ```text\n", '  ```text title="Output"\n')
+
+
+def test_an_article_says_under_its_title_what_checked_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764000000")
+    noted = load_hook("code_blocks").with_checked_note(
+        "---\nslug: x\n---\n# Title\n\nText.\n# Not a title\n", "1.2.3"
+    )
+    head, note, rest = noted.split("\n\n", 2)
+    assert head == "---\nslug: x\n---\n# Title"
+    assert note.startswith("To run this page's code, [install `qkv`](../../get-started.md). ")
+    assert "checked with qkv 1.2.3, PyTorch " in note
+    assert note.endswith(", built 2025-11-24.\n{ .qkv-checked }")
+    assert rest == "Text.\n# Not a title\n"
 
 
 def test_pages_workflow_builds_with_the_readmes_docs_command_and_deploys() -> None:
