@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ from qkv import efficient
 from qkv.functional import scaled_dot_product_attention
 from qkv.masks import sliding_window_mask
 from qkv_lab.harness import environment, fastest_ms, peak_memory_bytes, write_json
+from qkv_lab.remember import remembered
 
 CPU = torch.device("cpu")  # the lab's CPU benchmarks run here
 WINDOW = 128  # keys per query for the sliding window
@@ -90,9 +90,12 @@ def inputs(
     return 2 * code + noise(0.5), 2 * code + noise(0.5), noise()
 
 
-def methods(n: int, head_dim: int = 64) -> dict[str, Attention]:
-    """Every method at sequence length `n`, as `(q, k, v) -> out`; masks and random matrices drawn once."""
-    generator = torch.Generator().manual_seed(RANDOM_MATRICES_SEED)
+def methods(n: int, head_dim: int = 64, seed: int = 0) -> dict[str, Attention]:
+    """Every method at sequence length `n`, as `(q, k, v) -> out`; masks and random matrices drawn once.
+
+    Performer's features and Linformer's projection come from `RANDOM_MATRICES_SEED + seed`.
+    """
+    generator = torch.Generator().manual_seed(RANDOM_MATRICES_SEED + seed)
     band = efficient.sparse_mask("longformer", n, BAND, num_global=1)
     features = efficient.PerformerFeatures(head_dim, FEATURES, generator=generator)
     projection = efficient.linformer_projection(n, min(PROJECTED, n), generator=generator)
@@ -119,44 +122,46 @@ def methods(n: int, head_dim: int = 64) -> dict[str, Attention]:
     }
 
 
-def relative_errors(n: int, kind: Literal["random", "local", "diffuse"]) -> dict[str, float]:
+@remembered
+def relative_errors(
+    n: int, kind: Literal["random", "local", "diffuse"], seed: int = 0
+) -> dict[str, float]:
     """How far each method lands from exact attention on the same inputs: `|out - exact| / |exact|`.
 
-    Causal methods are compared with causal exact attention, the others with full attention. `mean-of-values`
-    is the baseline of an attention that ignores the scores and averages every value. Axial attention is left
-    out: it is a different layer (two of them, rows then columns), not an estimate of one full attention.
+    `seed` draws the inputs and the random matrices (see `methods`). Causal methods are compared with causal
+    exact attention, the others with full attention. `mean-of-values` is the baseline of an attention that
+    ignores the scores and averages every value. Axial attention is left out: it is a different layer (two
+    of them, rows then columns), not an estimate of one full attention.
     """
-    q, k, v = inputs(n, kind=kind)
+    q, k, v = inputs(n, kind=kind, seed=seed)
     exact = {
         causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         for causal in (False, True)
     }
     errors = {"mean-of-values": _relative(v.mean(dim=-2, keepdim=True).expand_as(v), exact[False])}
-    for name, attend in methods(n).items():
+    for name, attend in methods(n, seed=seed).items():
         if name not in ("exact", "torch-sdpa", "window-as-mask", "axial"):
             errors[name] = _relative(attend(q, k, v), exact[name in CAUSAL])
     return errors
 
 
+@remembered
 def performer_errors(
-    n: int, num_features: list[int], *, orthogonal: bool = True, seeds: int = 5
+    n: int, num_features: list[int], *, orthogonal: bool = True, seed: int = 0
 ) -> list[float]:
-    """Performer's relative error against exact attention on `"diffuse"` inputs, the median of `seeds` draws of W."""
-    q, k, v = inputs(n, kind="diffuse")
+    """Performer's relative error against exact attention on `"diffuse"` inputs, for each count of features.
+
+    `seed` draws the inputs and, from `RANDOM_MATRICES_SEED + seed`, the features `W` (anew for each count).
+    """
+    q, k, v = inputs(n, kind="diffuse", seed=seed)
     exact = F.scaled_dot_product_attention(q, k, v)
     errors = []
     for count in num_features:
-        draws = [
-            efficient.PerformerFeatures(
-                q.size(-1),
-                count,
-                orthogonal=orthogonal,
-                generator=torch.Generator().manual_seed(RANDOM_MATRICES_SEED + seed),
-            )
-            for seed in range(seeds)
-        ]
-        outs = [efficient.linear_attention(q, k, v, feature_map=phi) for phi in draws]
-        errors.append(statistics.median(_relative(out, exact) for out in outs))
+        generator = torch.Generator().manual_seed(RANDOM_MATRICES_SEED + seed)
+        phi = efficient.PerformerFeatures(
+            q.size(-1), count, orthogonal=orthogonal, generator=generator
+        )
+        errors.append(_relative(efficient.linear_attention(q, k, v, feature_map=phi), exact))
     return errors
 
 

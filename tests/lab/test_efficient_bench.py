@@ -32,3 +32,34 @@ def test_every_method_runs_and_exact_ones_match():
     outs = {name: attend(q, k, v) for name, attend in efficient_bench.methods(64).items()}
     assert all(out.shape == v.shape for out in outs.values())
     torch.testing.assert_close(outs["exact"], outs["torch-sdpa"], atol=1e-5, rtol=1e-5)
+
+
+def test_the_seed_draws_the_random_matrices_and_nothing_else():
+    q, k, v = efficient_bench.inputs(64)
+    first, second = efficient_bench.methods(64, seed=0), efficient_bench.methods(64, seed=1)
+    for name in ("performer", "linformer"):
+        assert not torch.allclose(first[name](q, k, v), second[name](q, k, v))
+    for name in ("exact", "sliding-window", "block-sparse", "linear"):
+        torch.testing.assert_close(first[name](q, k, v), second[name](q, k, v))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("QKV_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_relative_errors_depend_on_the_seed_and_are_remembered(cache):
+    errors = efficient_bench.relative_errors(256, "local", seed=1)
+    (kept,) = cache.glob("relative_errors-*.pt")
+    assert torch.load(kept, weights_only=True) == errors
+    assert errors["sliding-window"] < 0.05 < errors["linear"]  # the weight is local
+    other = efficient_bench.relative_errors(256, "local", seed=2)
+    assert other["mean-of-values"] != errors["mean-of-values"]  # other inputs
+
+
+def test_performer_errors_fall_with_more_features_for_every_seed(cache):
+    for seed in range(3):
+        errors = efficient_bench.performer_errors(256, [16, 256, 4096], seed=seed)
+        assert errors == sorted(errors, reverse=True), seed
+        assert errors[-1] < 0.5 * errors[0]
