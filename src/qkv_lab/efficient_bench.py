@@ -16,6 +16,8 @@ tensors, not the process's resident memory, so it does not depend on the load of
 The JSON report (`--out`) holds the device, versions and UTC date (`qkv_lab.harness.environment`) beside the numbers;
 `fit_exponent` fits `time ~ N^p` to a report's rows. `inputs` also makes the two families of inputs the quality
 comparison uses (`"local"`: attention concentrated near the diagonal, `"diffuse"`: spread over every key).
+The quality measurements, `relative_errors` and `performer_errors`, draw their inputs and random matrices from
+a `seed` and are kept on disk (`qkv_lab.remember`): the post, its figures and a reader's rerun share them.
 
 Usage: `python -m qkv_lab.efficient_bench --out src/qkv_lab/results/efficient-attention.json`.
 """
