@@ -62,6 +62,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.site.markdown import FENCE, parse_fences
+
 ROOT = Path(__file__).resolve().parents[2]
 POSTS = ROOT / "docs" / "blog" / "posts"
 LEDGERS = Path(__file__).resolve().parent / "claims"
@@ -77,8 +79,6 @@ def report_path(name: str) -> Path:
 # --- reading an article -------------------------------------------------------------------------------------
 
 FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.DOTALL)
-FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-EXPECTED_OUTPUT = re.compile(r"^\s*<!--\s*pytest-codeblocks:\s*expected-output\s*-->\s*$")
 HEADING = re.compile(r"^\s{0,3}(?P<level>#{1,6})\s+(?P<title>.*?)\s*#*\s*$")
 RAW_HTML = re.compile(r"^\s*</?[A-Za-z][\w-]*(?:[\s>]|/?>|$)")
 DEFINITION = re.compile(r"^\s*\[[^\]]+\]:\s")
@@ -186,28 +186,12 @@ class Block:
 def python_blocks(text: str) -> list[Block]:
     """The article's runnable ```python blocks (info string exactly `python`), each with its output."""
     blocks: list[Block] = []
-    lines = text.splitlines()
-    expected = False
-    index = 0
-    while index < len(lines):
-        opening = FENCE.match(lines[index])
-        if EXPECTED_OUTPUT.match(lines[index]):
-            expected = True
-        if not opening or (opening["fence"][0] == "`" and "`" in opening["info"]):
-            index += 1
-            continue
-        fence = opening["fence"]
-        closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
-        end = index + 1
-        while end < len(lines) and not closing.match(lines[end]):
-            end += 1
-        body = "\n".join(lines[index + 1 : end])
-        if expected and blocks:
+    for fence in parse_fences(text):
+        body = "\n".join(fence.body)
+        if fence.joined == "expected-output" and blocks:
             blocks[-1].output += body + "\n"
-        elif fence[0] == "`" and opening["info"].strip() == "python":
-            blocks.append(Block(index + 1, body))
-        expected = False
-        index = end + 1
+        elif fence.joined != "expected-output" and fence.syntax == "python":
+            blocks.append(Block(fence.line, body))
     return blocks
 
 
