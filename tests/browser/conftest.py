@@ -125,6 +125,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[_serving].close()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Two groups that `pytest -n 2 --dist loadgroup` runs side by side: the reader's run, and the pages."""
     for item in items:

@@ -10,6 +10,7 @@ import pytest
 ONE_WORKER = {"test_site_build.py", "test_notebook_styles.py", "test_links.py", "test_mathjax.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in ONE_WORKER and item.path.parent.name == "site":
