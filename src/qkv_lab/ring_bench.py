@@ -15,6 +15,7 @@ attention over the whole sequence on one process.
 Two ways to start it:
 
 - `python -m qkv_lab.ring_bench --world 2 4` starts that many CPU processes on this machine (gloo on loopback);
+  `--masks full causal` measures the ring without and with the causal mask, one after the other;
 - `torchrun --nproc-per-node 8 -m qkv_lab.ring_bench --device cuda` runs one process per GPU (NCCL); torchrun
   sets the rank and the address of the group in the environment.
 
@@ -184,7 +185,11 @@ def _under_torchrun(args: argparse.Namespace) -> list[dict]:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
-        return [measure(n, args.causal, args.repeats, device) for n in args.n]
+        return [
+            measure(n, mask == "causal", args.repeats, device)
+            for mask in args.masks
+            for n in args.n
+        ]
     finally:
         dist.destroy_process_group()
 
@@ -193,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qkv_lab.ring_bench", description=__doc__)
     parser.add_argument("--world", type=int, nargs="+", default=[2, 4], help="processes to start")
     parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048, 4096])
-    parser.add_argument("--causal", action="store_true")
+    parser.add_argument(
+        "--masks", nargs="+", choices=["full", "causal"], default=["full"], help="one run for each"
+    )
+    parser.add_argument(
+        "--causal", action="store_true", help=argparse.SUPPRESS
+    )  # one process of run()
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda under torchrun")
     parser.add_argument("--out", type=Path, default=Path("attention-across-devices.json"))
@@ -211,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device(args.device)
     else:
         rows = [
-            row for world in args.world for row in run(world, args.n, args.causal, args.repeats)
+            row
+            for world in args.world
+            for mask in args.masks
+            for row in run(world, args.n, mask == "causal", args.repeats)
         ]
         device = torch.device("cpu")
     settings = {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32"}
