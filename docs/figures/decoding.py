@@ -12,9 +12,7 @@ outside the build on purpose: a timing taken while the site builds is as noisy a
 the model in step with the post's `TinyDecoder`.
 """
 
-import datetime
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -26,10 +24,11 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from torch import nn
 
 import qkv
+from qkv_lab.harness import environment
 from qkv_lab.results import recorded
 
 BENCHMARK = (
-    Path(__file__).parents[2] / "src" / "qkv" / "data" / "decoding.json"
+    Path(__file__).parents[2] / "src" / "qkv_lab" / "results" / "decoding.json"
 )  # where it is written
 CONTEXTS = (64, 128, 256, 512, 1024)
 REPEATS = 15
@@ -134,25 +133,19 @@ def benchmark() -> dict:
             model(tokens[:, c - 1 : c], fresh)
 
         cached.append(_median_ms(decode_step))
+    env = environment(torch.device("cpu"))  # the lab's record of where and when
     return {
         "what": "milliseconds per decoding step of the post's TinyDecoder (median of 15), batch 1",
         "model": {"vocab": 256, "dim": 128, "heads": 4, "layers": 4},
         "contexts": list(CONTEXTS),
         "uncached_ms": [round(ms, 3) for ms in uncached],
         "cached_ms": [round(ms, 3) for ms in cached],
-        "cpu": _cpu_name(),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "cpu": env["device_name"],
+        "threads": env["cpu_threads"],
+        "torch": env["torch"],
+        "python": env["python"],
+        "date": env["date_utc"][:10],
     }
-
-
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def step_time() -> Figure:
