@@ -25,6 +25,7 @@ SEED = 1706  # every case of every exercise comes from this seed: a reader and C
 WIDTH = 78  # characters a line may take: a notebook, and a phone held upright
 TOLERANCE = {torch.float64: (1e-6, 1e-8), torch.float32: (1e-4, 1e-5)}  # (rtol, atol)
 NBSP = "\u00a0"  # holds a shape together while a line is wrapped
+GLUED = r"\((?:[^()]|\([^()]*\))*\)|\[[^\[\]]*\]|all float\d+"  # (...), one level deep; [...]
 GRID = (8, 12)  # the largest boolean result drawn as a 0/1 grid: rows, columns
 LIBRARIES = tuple(str(Path(module.__file__).parent) + os.sep for module in (torch, qkv))
 
@@ -176,20 +177,20 @@ def _compare(
         got = (got,)
     tolerance = case.tolerance
     for position, (output, mine, theirs) in enumerate(zip(outputs, got, expected, strict=True)):
-        prefix = f"{output}: " if len(outputs) > 1 else ""
-        lines = _difference(mine, theirs, tolerance, caller)
+        prefix, returned = (f"{output}: ", "") if len(outputs) > 1 else ("", f"{caller} returned ")
+        lines = _difference(mine, theirs, tolerance, returned)
         if lines:
             hint = _hint(exercise, case, position, mine, theirs)
             return [prefix + lines[0], *lines[1:]], hint
     return [], None
 
 
-def _difference(got: object, expected: Tensor, tolerance: tuple | None, caller: str) -> list[str]:
-    if got is None:
-        return [f"{caller} returned None for this case: does every path end in a return?"]
+def _difference(got: object, expected: Tensor, tolerance: tuple | None, returned: str) -> list[str]:
+    """What is wrong with `got`, in lines; `returned` opens a sentence about it ("attention returned ")."""
+    if got is None and returned:
+        return [f"{returned}None for this case: does every path end in a return?"]
     if not isinstance(got, Tensor):
-        advice = "; build it with torch operations on the inputs"
-        return [f"{caller} returned {_kind(got)}, not a torch.Tensor{advice}"]
+        return [f"{returned}{'None' if got is None else _kind(got)}, not a torch.Tensor"]
     if got.shape != expected.shape:
         return [f"wrong shape: expected {_shape(expected)}, got {_shape(got)}"]
     if got.dtype != expected.dtype:
@@ -212,6 +213,8 @@ def _close(got: Tensor, expected: Tensor, tolerance: tuple | None) -> bool:
 def _same(got: object, other: object, tolerance: tuple | None) -> bool:
     """`got` has `other`'s shape and, cast to its dtype, its values."""
     if not isinstance(got, Tensor) or not isinstance(other, Tensor) or got.shape != other.shape:
+        return False
+    if got.is_complex():
         return False
     return _close(_cast(got, other.dtype), other, tolerance)
 
@@ -240,7 +243,8 @@ def _wrong_values(got: Tensor, expected: Tensor, tolerance: tuple | None) -> lis
         errors = ((got - expected).abs() * wrong).flatten()
         at = tuple(int(i) for i in torch.unravel_index(errors.argmax(), got.shape))
         head = f"wrong values: {_count(wrong)} differ; the largest error is {errors.max():.1e}"
-    return [head, f"  at {_index(at)}: expected {_number(expected[at])}, got {_number(got[at])}"]
+    wanted, found = _numbers(expected[at].item(), got[at].item())
+    return [head, f"  at {_index(at)}: expected {wanted}, got {found}"]
 
 
 def _grids(expected: Tensor, got: Tensor) -> list[str]:
@@ -366,8 +370,13 @@ def _count(wrong: Tensor) -> str:
     return f"{int(wrong.sum())} of {wrong.numel()}"
 
 
-def _number(x: Tensor) -> str:
-    return f"{x.item():.4g}" if x.is_floating_point() else str(x.item())
+def _numbers(expected: float, got: float) -> tuple[str, str]:
+    """Both numbers with as few digits as tell them apart (4 at least)."""
+    for digits in (4, 6, 8, 10, 12, 17):
+        wanted, found = f"{expected:.{digits}g}", f"{got:.{digits}g}"
+        if wanted != found:
+            break
+    return wanted, found
 
 
 def _wrap(lines: list[str]) -> str:
@@ -377,7 +386,7 @@ def _wrap(lines: list[str]) -> str:
     """
     wrapped = []
     for line in lines:
-        glued = re.sub(r"[(\[][^()\[\]]*[)\]]", lambda m: m.group().replace(" ", NBSP), line)
+        glued = re.sub(GLUED, lambda m: m.group().replace(" ", NBSP), line)
         indent = " " * (len(line) - len(line.lstrip()) + 2)
         short = len(line) <= WIDTH
         wrapped += [glued] if short else textwrap.wrap(glued, WIDTH, subsequent_indent=indent)

@@ -274,7 +274,7 @@ MERGE_PARTIALS = Exercise(
             ),
         ),
         Mistake(
-            "the log-sum-exp of the union is torch.logaddexp(lse_a, lse_b), not lse_a + lse_b",
+            "the log-sum-exp of the union is torch.logaddexp(lse_a, lse_b), not the sum (lse_a + lse_b)",
             lambda oa, la, ob, lb: (_merge(oa, la, ob, lb)[0], la + lb),
         ),
         Mistake(

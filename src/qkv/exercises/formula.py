@@ -240,7 +240,7 @@ PADDING_MASK = Exercise(
             lambda lengths, S: padding_mask(lengths, S)[:, 0],
         ),
         Mistake(
-            "one padding key too many is kept: a sequence of length n has keys 0 .. n - 1 (j < n)",
+            "one padding key too many is kept: key j of a sequence of length n is real for j < n",
             lambda lengths, S: padding_mask(lengths.clamp(max=S - 1) + 1, S),
         ),
     ),
