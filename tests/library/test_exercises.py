@@ -503,6 +503,65 @@ def test_every_hint_has_a_wrong_function_that_triggers_it():
             assert sum(phrase in hint for phrase in phrases) == 1, (exercise.name, hint)
 
 
+# --- right solutions written another way ------------------------------------------------------------------
+
+
+def softmax_by_logsumexp(scores):
+    return torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True))
+
+
+def causal_mask_by_triu(L, S, alignment):
+    return ~torch.ones(L, S, dtype=torch.bool).triu(offset(L, S, alignment) + 1)
+
+
+def rope_in_float32(x, positions, base):
+    """The rotate-half form with the angles in float32, as Hugging Face computes them."""
+    D = x.size(-1)
+    inv_freq = 1.0 / base ** (torch.arange(0, D, 2).float() / D)
+    angles = torch.cat([positions[:, None].float() * inv_freq] * 2, dim=-1)  # (N, D)
+    rotated = torch.cat([-x[..., D // 2 :], x[..., : D // 2]], dim=-1)
+    return (x * angles.cos() + rotated * angles.sin()).to(x.dtype)
+
+
+def layer_norm_by_rsqrt(x, weight, bias, eps):
+    var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + eps) * weight + bias
+
+
+def merge_partials_by_max(out_a, lse_a, out_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    out = (w_a[..., None] * out_a + w_b[..., None] * out_b) / (w_a + w_b)[..., None]
+    return out, m + torch.log(w_a + w_b)
+
+
+ANOTHER_WAY = [
+    (ATTENTION, lambda q, k, v: attend(q.float(), k.float(), v.float()).to(q.dtype)),
+    ("scaling/stable-softmax", softmax_by_logsumexp),
+    ("masking/causal-mask", causal_mask_by_triu),
+    ("masking/padding-mask", lambda n, S: keys_kept(n, S).view(-1, 1, 1, S)),
+    (
+        "multi-head-attention/merge-heads",
+        lambda x: x.transpose(1, 2).contiguous().view(*x.shape[::2], -1),
+    ),
+    ("positions/rope", rope_in_float32),
+    ("transformer-block/layer-norm", layer_norm_by_rsqrt),
+    (
+        "efficient-attention/linear-attention",
+        lambda q, k, v: (
+            features(q) @ (features(k).mT @ v) / (features(q) @ features(k).sum(-2)[..., None])
+        ),
+    ),
+    ("attention-across-devices/merge-partials", merge_partials_by_max),
+]
+
+
+@pytest.mark.parametrize(("name", "solution"), ANOTHER_WAY, ids=[row[0] for row in ANOTHER_WAY])
+def test_a_solution_written_another_way_passes(name, solution, capsys):
+    """Other orders of operations, float32 inside: the tolerance is for rounding, not for a formula."""
+    assert run(name, solution, capsys)
+
+
 # --- generic wrong answers ---------------------------------------------------------------------------------
 
 
@@ -557,6 +616,38 @@ def test_an_exception_shows_the_readers_line_not_the_checkers(capsys):
     )
     assert "Traceback" not in result.message
     assert "checker" not in result.message
+
+
+def test_the_diagonal_inside_torch_ones_is_named(capsys):
+    """A bug that published tutorials carry: torch.triu(torch.ones(L, S, diagonal=1))."""
+
+    def causal_mask(L, S, alignment):
+        return ~torch.triu(torch.ones(L, S, diagonal=1)).bool()
+
+    result = run("masking/causal-mask", causal_mask, capsys)
+    assert "causal_mask raised TypeError: ones() got an unexpected keyword" in result.message
+    assert result.hint.startswith("diagonal= belongs to tril and triu, not to ones")
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong", "phrase"),
+    [
+        (
+            "multi-head-attention/merge-heads",
+            lambda x: x.transpose(1, 2).view(x.size(0), x.size(2), -1),
+            "view needs a contiguous tensor",
+        ),
+        (
+            ATTENTION,
+            lambda q, k, v: attention(q, k.transpose(1, 2).mT, v),
+            "count axes from the end",
+        ),
+    ],
+)
+def test_a_known_exception_gets_a_hint(name, wrong, phrase, capsys):
+    result = run(name, wrong, capsys)
+    assert " raised " in result.message
+    assert phrase in result.hint
 
 
 def test_a_function_of_the_wrong_arguments_is_told_the_call(capsys):

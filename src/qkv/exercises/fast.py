@@ -113,14 +113,16 @@ def online(q, k, v, block_size, scale=None, rescale=(True, True), track_max=True
     total = torch.zeros(q.shape[:-1], dtype=q.dtype)  # running sum (..., L)
     acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)  # (..., L, Dv)
     for start in range(0, S if tail else S - S % block_size, block_size):
-        scores = q @ k[..., start : start + block_size, :].transpose(-2, -1) * scale  # (..., L, n)
+        k_block, v_block = (
+            k[..., start : start + block_size, :],
+            v[..., start : start + block_size, :],
+        )
+        scores = q @ k_block.transpose(-2, -1) * scale  # (..., L, n)
         m_new = torch.maximum(m, scores.amax(-1)) if track_max else torch.zeros_like(m)
         alpha = torch.exp(m - m_new) if track_max else torch.ones_like(m)
         p = torch.exp(scores - m_new[..., None])  # (..., L, n)
         total = (total * alpha if rescale[0] else total) + p.sum(-1)
-        acc = (acc * alpha[..., None] if rescale[1] else acc) + p @ v[
-            ..., start : start + block_size, :
-        ]
+        acc = (acc * alpha[..., None] if rescale[1] else acc) + p @ v_block  # (..., L, Dv)
         m = m_new
     return acc / total[..., None]
 

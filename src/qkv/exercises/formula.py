@@ -73,9 +73,7 @@ ATTENTION = Exercise(
 
 def softmax_cases(gen: torch.Generator) -> list[Case]:
     masked = normal(gen, 3, 5)
-    masked[0, 1] = masked[1, 0] = masked[1, 4] = masked[2, 2] = float(
-        "-inf"
-    )  # no row wholly masked
+    masked[[0, 1, 1, 2], [1, 0, 4, 2]] = -math.inf  # masked scores, no row wholly masked
     offsets = torch.tensor([[1e4], [-1e4], [0.0]])  # rows far apart: one max for all would fail
     large = integers(gen, 3, 6, low=-8, high=8, dtype=torch.float64) + offsets
     large[2, :2] = torch.tensor([1e4, -1e4])  # one row spread from -1e4 to 1e4
