@@ -1,0 +1,43 @@
+"""The site's exercises, checked on the reader's machine: `check(name, fn)` and `names()`.
+
+    from qkv.exercises import check
+
+    def causal_mask(L, S, alignment):
+        ...
+
+    check("masking/causal-mask", causal_mask)
+
+`check` calls `fn` with each case's arguments, positionally and in the order of the exercise's signature, small
+cases first, then the edges. It compares what `fn` returns with the package's reference (shape, then dtype,
+then values: bool results exactly, floats within rtol 1e-5 and atol 1e-6 in float64, 1e-4 and 1e-5 in
+float32, 1e-3 and 2e-3 in the cases with large values), stops at the first case that fails and prints one
+verdict. Its first line is one of:
+
+    masking/causal-mask: passed all 14 cases
+    masking/causal-mask: not attempted yet
+    masking/causal-mask: failed case 6 of 14
+
+"Not attempted yet" means that `fn` returned None on the first case (a starter whose body is `...`); the next
+two lines say to write the body. A failure goes on with `case (<label>): <arguments>` and then one of
+
+    <fn> raised <Error>: <its message>          and the reader's own line:  at line <n> of <function>: <code>
+    <fn> returned a list, not a torch.Tensor    (a numpy.ndarray, None on a later case, ...)
+    wrong shape: expected (3, 4), got (4, 3)
+    wrong dtype: expected bool, got float32 (the values are right)
+    wrong values: 6 of 15 entries differ, ...   the largest error and where, expected against got; a small
+                                                boolean result is drawn as two 0/1 grids, expected and got
+
+prefixed with the output's name (`lse: wrong values: ...`) for an exercise that returns several. Last comes
+`hint: <the mistake>` when the answer equals the output of a known mistake computed on the same case (the
+exercise's own mistakes first, then: every value is 0, an input handed back, the result transposed). Lines
+are at most 78 characters; there are no colours.
+
+`check` returns a `Result`, truthy only when every case passed, with `.passed`, `.status`, `.cases` (how many
+passed), `.total`, `.message` (the text printed) and `.hint`. It raises only for a bad call: ValueError for an
+unknown name (listing the names), TypeError for a `fn` that is not callable. Cases come from a fixed seed
+through their own `torch.Generator`; torch's global random state and thread count are left as they were.
+"""
+
+from qkv.exercises.checker import Result, check, names
+
+__all__ = ["Result", "check", "names"]

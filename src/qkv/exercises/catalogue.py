@@ -1,0 +1,28 @@
+"""The exercises, in the order the site is read."""
+
+from qkv.exercises.exercise import Exercise
+from qkv.exercises.fast import CACHE_STEP, LINEAR_ATTENTION, MERGE_PARTIALS, ONLINE_SOFTMAX
+from qkv.exercises.formula import (
+    ADDITIVE_SCORES,
+    ATTENTION,
+    CAUSAL_MASK,
+    PADDING_MASK,
+    STABLE_SOFTMAX,
+)
+from qkv.exercises.layers import LAYER_NORM, MERGE_HEADS, ROPE, SPLIT_HEADS
+
+EXERCISES: tuple[Exercise, ...] = (
+    ATTENTION,
+    STABLE_SOFTMAX,
+    CAUSAL_MASK,
+    PADDING_MASK,
+    ADDITIVE_SCORES,
+    SPLIT_HEADS,
+    MERGE_HEADS,
+    ROPE,
+    LAYER_NORM,
+    CACHE_STEP,
+    ONLINE_SOFTMAX,
+    LINEAR_ATTENTION,
+    MERGE_PARTIALS,
+)

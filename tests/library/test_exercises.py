@@ -1,0 +1,775 @@
+"""qkv.exercises, tested both ways: right solutions pass, and each known mistake fails with its own hint.
+
+The solutions and the wrong functions here are written as a reader would write them, independently of the
+checker's references and of its models of the mistakes.
+"""
+
+# The readers' functions use the articles' names: L, S, D, H, W, U.
+# ruff: noqa: N803, N806
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qkv.exercises import Result, check, names
+from qkv.exercises.catalogue import EXERCISES
+
+CATALOGUE = [
+    "queries-keys-values/attention",
+    "scaling/stable-softmax",
+    "masking/causal-mask",
+    "masking/padding-mask",
+    "additive-vs-dot-product/additive-scores",
+    "multi-head-attention/split-heads",
+    "multi-head-attention/merge-heads",
+    "positions/rope",
+    "transformer-block/layer-norm",
+    "decoding/cache-step",
+    "flash-attention/online-softmax",
+    "efficient-attention/linear-attention",
+    "attention-across-devices/merge-partials",
+]
+ATTENTION = "queries-keys-values/attention"
+
+
+def run(name, fn, capsys) -> Result:
+    """check, and what it printed, which must be its message and fit a phone's width."""
+    result = check(name, fn)
+    printed = capsys.readouterr().out
+    assert printed == result.message + "\n"
+    assert all(len(line) <= 78 for line in printed.splitlines()), printed
+    return result
+
+
+# --- right solutions ---------------------------------------------------------------------------------------
+
+
+def attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def stable_softmax(scores):
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def causal_mask(L, S, alignment):
+    offset = S - L if alignment == "bottom-right" else 0
+    i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
+    return j <= i + offset
+
+
+def padding_mask(lengths, S):
+    return (torch.arange(S) < lengths[:, None])[:, None, None, :]
+
+
+def additive_scores(query, keys, W, U, v):
+    hidden = torch.tanh((query @ W.T)[:, :, None, :] + (keys @ U.T)[:, None, :, :])
+    return torch.einsum("blsa,a->bls", hidden, v)
+
+
+def split_heads(x, num_heads):
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+
+def merge_heads(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def rope(x, positions, base):
+    D = x.size(-1)
+    inv_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    angles = positions[:, None].double() * inv_freq
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def layer_norm(x, weight, bias, eps):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+
+def cache_step(cache_k, cache_v, q, k, v):
+    cache_k, cache_v = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
+    return F.scaled_dot_product_attention(q, cache_k, cache_v), cache_k, cache_v
+
+
+def online_softmax(q, k, v, block_size):
+    scale = q.size(-1) ** -0.5
+    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)
+    for start in range(0, k.size(-2), block_size):
+        scores = q @ k[..., start : start + block_size, :].mT * scale
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        alpha, p = torch.exp(m - m_new), torch.exp(scores - m_new)
+        total = total * alpha + p.sum(-1, keepdim=True)
+        acc = acc * alpha + p @ v[..., start : start + block_size, :]
+        m = m_new
+    return acc / total
+
+
+def linear_attention(q, k, v):
+    weights = (F.elu(q) + 1) @ (F.elu(k) + 1).mT  # (..., L, S), quadratic but the same numbers
+    return weights @ v / weights.sum(-1, keepdim=True)
+
+
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    both = torch.stack([lse_a, lse_b])
+    share = torch.softmax(both, dim=0)[..., None]
+    return share[0] * out_a + share[1] * out_b, torch.logsumexp(both, dim=0)
+
+
+SOLUTIONS = {
+    "queries-keys-values/attention": attention,
+    "scaling/stable-softmax": stable_softmax,
+    "masking/causal-mask": causal_mask,
+    "masking/padding-mask": padding_mask,
+    "additive-vs-dot-product/additive-scores": additive_scores,
+    "multi-head-attention/split-heads": split_heads,
+    "multi-head-attention/merge-heads": merge_heads,
+    "positions/rope": rope,
+    "transformer-block/layer-norm": layer_norm,
+    "decoding/cache-step": cache_step,
+    "flash-attention/online-softmax": online_softmax,
+    "efficient-attention/linear-attention": linear_attention,
+    "attention-across-devices/merge-partials": merge_partials,
+}
+
+
+@pytest.mark.parametrize("name", CATALOGUE)
+def test_a_right_solution_passes_every_case(name, capsys):
+    result = run(name, SOLUTIONS[name], capsys)
+    assert result
+    assert result.passed
+    assert result.status == "passed"
+    assert result.hint is None
+    assert result.cases == result.total >= 5
+    assert result.message == f"{name}: passed all {result.total} cases"
+
+
+def test_names_are_the_catalogue_in_reading_order():
+    assert names() == CATALOGUE
+    assert list(SOLUTIONS) == CATALOGUE
+
+
+# --- wrong solutions, one per known mistake ----------------------------------------------------------------
+
+
+def attend(q, k, v, scale=None, dim=-1):
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    return torch.softmax(q @ k.mT * scale, dim=dim) @ v
+
+
+def exp_over_sum(scores, dim=-1):
+    e = scores.exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def offset(L, S, alignment):
+    return S - L if alignment == "bottom-right" else 0
+
+
+def keys_kept(lengths, S):
+    return torch.arange(S) < lengths[:, None]  # (B, S)
+
+
+def rotate(x, positions, base, inverse_freq=None, sign=1.0):
+    D = x.size(-1)
+    if inverse_freq is None:
+        inverse_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    angles = sign * positions[:, None].double() * inverse_freq
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def rope_interleaved(x, positions, base):
+    D = x.size(-1)
+    angles = positions[:, None].double() * base ** (-torch.arange(0, D, 2).double() / D)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+def cached(cache_k, cache_v, k, v):
+    return torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
+
+
+def online_wrong(q, k, v, block_size, rescale_acc=True, use_max=True, stop=None):
+    scale = q.size(-1) ** -0.5
+    m = torch.full((*q.shape[:-1], 1), -math.inf if use_max else 0.0, dtype=q.dtype)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)
+    S = k.size(-2) if stop is None else stop(k.size(-2), block_size)
+    for start in range(0, S, block_size):
+        scores = q @ k[..., start : start + block_size, :].mT * scale
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True)) if use_max else m
+        alpha, p = torch.exp(m - m_new), torch.exp(scores - m_new)
+        total = total * alpha + p.sum(-1, keepdim=True)
+        acc = (acc * alpha if rescale_acc else acc) + p @ v[..., start : start + block_size, :]
+        m = m_new
+    return acc / total
+
+
+def features(x):
+    return F.elu(x) + 1
+
+
+def layer_norm_with(x, weight, bias, eps, mean=None, var=None, dim=-1):
+    mean = x.mean(dim, keepdim=True) if mean is None else mean
+    var = ((x - mean) ** 2).mean(dim, keepdim=True) if var is None else var
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+
+WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
+    (ATTENTION, lambda q, k, v: attend(q, k, v, scale=1 / q.size(-1)), "divided by d_k"),
+    (ATTENTION, lambda q, k, v: torch.softmax(q @ k.mT, dim=-1) @ v, "not scaled"),
+    (ATTENTION, lambda q, k, v: attend(q, k, v, scale=v.size(-1) ** -0.5), "v's size Dv"),
+    (ATTENTION, lambda q, k, v: attend(q, k, v, dim=-2), "over the queries"),
+    (ATTENTION, lambda q, k, v: attend(k, q, v), "keys by queries"),
+    (ATTENTION, lambda q, k, v: exp_over_sum(q @ k.mT / math.sqrt(q.size(-1))) @ v, "overflowed"),
+    (
+        ATTENTION,
+        lambda q, k, v: torch.softmax(q @ k.mT / q.size(-1) ** 0.5, -1),
+        "the attention weights",
+    ),
+    ("scaling/stable-softmax", exp_over_sum, "overflowed"),
+    ("scaling/stable-softmax", lambda s: exp_over_sum(s - s.max()), "not the max of the whole"),
+    ("scaling/stable-softmax", lambda s: exp_over_sum(s - s.max(dim=-1).values), "drops the axis"),
+    ("scaling/stable-softmax", lambda s: torch.softmax(s, dim=0), "normalises the wrong axis"),
+    (
+        "masking/causal-mask",
+        lambda L, S, a: torch.ones(L, S, dtype=torch.bool).triu(offset(L, S, a) + 1),
+        "swapped",
+    ),
+    ("masking/causal-mask", lambda L, S, a: torch.ones(L, S).tril().bool(), "the top-left mask"),
+    ("masking/causal-mask", lambda L, S, a: torch.ones(L, S).tril(S - L) == 1, "bottom-right mask"),
+    (
+        "masking/causal-mask",
+        lambda L, S, a: torch.ones(L, S).tril(L - S if a == "bottom-right" else 0) > 0,
+        "not by L - S",
+    ),
+    (
+        "masking/causal-mask",
+        lambda L, S, a: torch.arange(S)[None] < torch.arange(L)[:, None] + offset(L, S, a),
+        "diagonal is masked",
+    ),
+    (
+        "masking/causal-mask",
+        lambda L, S, a: torch.arange(S)[None] >= torch.arange(L)[:, None] + offset(L, S, a),
+        "upper triangle",
+    ),
+    ("masking/padding-mask", lambda n, S: ~keys_kept(n, S)[:, None, None, :], "swapped"),
+    ("masking/padding-mask", keys_kept, "that is (B, S)"),
+    ("masking/padding-mask", lambda n, S: keys_kept(n, S)[:, None, :, None], "hides queries"),
+    ("masking/padding-mask", lambda n, S: keys_kept(n, S)[:, None, :], "lines B up with the heads"),
+    (
+        "masking/padding-mask",
+        lambda n, S: (torch.arange(S) <= n[:, None])[:, None, None, :],
+        "one padding key too many",
+    ),
+    (
+        "additive-vs-dot-product/additive-scores",
+        lambda query, keys, W, U, v: ((query @ W.T)[:, :, None] + (keys @ U.T)[:, None]) @ v,
+        "tanh is missing",
+    ),
+    (
+        "additive-vs-dot-product/additive-scores",
+        lambda query, keys, W, U, v: (
+            (torch.tanh(query @ W.T)[:, :, None] + torch.tanh(keys @ U.T)[:, None]) @ v
+        ),
+        "a sum of tanhs",
+    ),
+    (
+        "additive-vs-dot-product/additive-scores",
+        lambda query, keys, W, U, v: torch.tanh((query @ W)[:, :, None] + (keys @ U)[:, None]) @ v,
+        "query @ W.T",
+    ),
+    (
+        "multi-head-attention/split-heads",
+        lambda x, H: x.view(x.size(0), H, x.size(1), -1),
+        "mixes tokens into heads",
+    ),
+    (
+        "multi-head-attention/split-heads",
+        lambda x, H: x.view(*x.shape[:2], -1, H).permute(0, 3, 1, 2),
+        "side by side",
+    ),
+    (
+        "multi-head-attention/split-heads",
+        lambda x, H: x.view(*x.shape[:2], H, -1),
+        "brings the heads before the tokens",
+    ),
+    (
+        "multi-head-attention/merge-heads",
+        lambda x: x.reshape(x.size(0), x.size(2), -1),
+        "mixes heads and tokens",
+    ),
+    (
+        "multi-head-attention/merge-heads",
+        lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), x.size(2), -1),
+        "stay side by side",
+    ),
+    ("multi-head-attention/merge-heads", lambda x: x.transpose(1, 2), "flatten the last two"),
+    ("positions/rope", rope_interleaved, "interleaved layout"),
+    ("positions/rope", lambda x, p, base: rotate(x, p, base, sign=-1.0), "the wrong way"),
+    (
+        "positions/rope",
+        lambda x, p, base: rotate(
+            x, p, base, base ** (-torch.arange(x.size(-1) // 2).double() / x.size(-1))
+        ),
+        "not base**(-i/D)",
+    ),
+    ("positions/rope", lambda x, p, base: rotate(x, torch.arange(x.size(-2)), base), "row index"),
+    ("positions/rope", lambda x, p, base: rotate(x, p, 10000.0), "the `base` argument"),
+    (
+        "transformer-block/layer-norm",
+        lambda x, w, b, eps: layer_norm_with(x, w, b, eps, var=x.var(-1, keepdim=True)),
+        "unbiased variance",
+    ),
+    (
+        "transformer-block/layer-norm",
+        lambda x, w, b, eps: (
+            (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True, unbiased=False) + eps) * w + b
+        ),
+        "inside the square root",
+    ),
+    (
+        "transformer-block/layer-norm",
+        lambda x, w, b, eps: (
+            (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True, unbiased=False) + eps) * w + b
+        ),
+        "not by the variance",
+    ),
+    (
+        "transformer-block/layer-norm",
+        lambda x, w, b, eps: layer_norm_with(x, 1.0, 0.0, eps),
+        "weight and bias are missing",
+    ),
+    (
+        "transformer-block/layer-norm",
+        lambda x, w, b, eps: layer_norm_with(x, b, w, eps),
+        "weight and bias are swapped",
+    ),
+    (
+        "transformer-block/layer-norm",
+        lambda x, w, b, eps: layer_norm_with(x, w, b, eps, dim=0),
+        "the last axis",
+    ),
+    (
+        "transformer-block/layer-norm",
+        lambda x, w, b, eps: layer_norm_with(
+            x,
+            w,
+            b,
+            eps,
+            var=(x**2).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2,
+        ),
+        "loses its digits",
+    ),
+    (
+        "decoding/cache-step",
+        lambda ck, cv, q, k, v: (F.scaled_dot_product_attention(q, ck, cv), *cached(ck, cv, k, v)),
+        "new token is missing",
+    ),
+    (
+        "decoding/cache-step",
+        lambda ck, cv, q, k, v: (F.scaled_dot_product_attention(q, *cached(ck, cv, k, v)), ck, cv),
+        "with the new key and value appended",
+    ),
+    (
+        "decoding/cache-step",
+        lambda ck, cv, q, k, v: cache_step(k, v, q, ck, cv),
+        "go at the end",
+    ),
+    (
+        "decoding/cache-step",
+        lambda ck, cv, q, k, v: (
+            attend(q, *cached(ck, cv, k, v), scale=1 / q.size(-1)),
+            *cached(ck, cv, k, v),
+        ),
+        "divided by d_k",
+    ),
+    (
+        "decoding/cache-step",
+        lambda ck, cv, q, k, v: (
+            attend(q, *cached(ck, cv, k, v), scale=1.0),
+            *cached(ck, cv, k, v),
+        ),
+        "not scaled",
+    ),
+    (
+        "flash-attention/online-softmax",
+        lambda q, k, v, n: online_wrong(q, k, v, n, rescale_acc=False),
+        "not rescaled",
+    ),
+    (
+        "flash-attention/online-softmax",
+        lambda q, k, v, n: online_wrong(q, k, v, n, use_max=False),
+        "overflowed",
+    ),
+    (
+        "flash-attention/online-softmax",
+        lambda q, k, v, n: online_wrong(q, k, v, n, stop=lambda S, n: S // n * n),
+        "shorter block is skipped",
+    ),
+    (
+        "flash-attention/online-softmax",
+        lambda q, k, v, n: online_wrong(q * q.size(-1) ** -0.5, k, v, n),
+        "divided by d_k",
+    ),
+    (
+        "flash-attention/online-softmax",
+        lambda q, k, v, n: online_wrong(q * q.size(-1) ** 0.5, k, v, n),
+        "not scaled",
+    ),
+    (
+        "efficient-attention/linear-attention",
+        lambda q, k, v: features(q) @ (features(k).mT @ v),
+        "normaliser is missing",
+    ),
+    (
+        "efficient-attention/linear-attention",
+        lambda q, k, v: (
+            (F.elu(q) @ F.elu(k).mT) @ v / (F.elu(q) @ F.elu(k).mT).sum(-1, keepdim=True)
+        ),
+        "elu(x) alone",
+    ),
+    ("efficient-attention/linear-attention", attention, "that is softmax attention"),
+    (
+        "attention-across-devices/merge-partials",
+        lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)),
+        "averaging",
+    ),
+    (
+        "attention-across-devices/merge-partials",
+        lambda oa, la, ob, lb: (
+            oa * la.exp()[..., None] + ob * lb.exp()[..., None],
+            torch.logaddexp(la, lb),
+        ),
+        "divided by their sum",
+    ),
+    (
+        "attention-across-devices/merge-partials",
+        lambda oa, la, ob, lb: (*merge_partials(oa, lb, ob, la)[0:1], torch.logaddexp(la, lb)),
+        "weights are swapped",
+    ),
+    (
+        "attention-across-devices/merge-partials",
+        lambda oa, la, ob, lb: (merge_partials(oa, la, ob, lb)[0], la + lb),
+        "not the sum",
+    ),
+    (
+        "attention-across-devices/merge-partials",
+        lambda oa, la, ob, lb: (merge_partials(oa, la, ob, lb)[0], torch.maximum(la, lb)),
+        "not the larger one",
+    ),
+    (
+        "attention-across-devices/merge-partials",
+        lambda oa, la, ob, lb: (
+            (oa * la.exp()[..., None] + ob * lb.exp()[..., None])
+            / (la.exp() + lb.exp())[..., None],
+            torch.log(la.exp() + lb.exp()),
+        ),
+        "exp(lse) overflowed",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong", "phrase"), [pytest.param(*row, id=f"{row[0]}: {row[2]}") for row in WRONG]
+)
+def test_a_known_mistake_fails_with_its_hint(name, wrong, phrase, capsys):
+    result = run(name, wrong, capsys)
+    assert not result
+    assert result.status == "failed"
+    assert result.cases < result.total
+    assert result.hint is not None
+    assert phrase in result.hint
+    assert f"hint: {result.hint[:40]}" in result.message.replace("\n  ", " ")
+    assert result.message.startswith(f"{name}: failed case {result.cases + 1} of {result.total}\n")
+
+
+def test_every_hint_has_a_wrong_function_that_triggers_it():
+    for exercise in EXERCISES:
+        phrases = [phrase for name, _, phrase in WRONG if name == exercise.name]
+        for hint in {mistake.hint for mistake in exercise.mistakes}:
+            assert sum(phrase in hint for phrase in phrases) == 1, (exercise.name, hint)
+
+
+# --- right solutions written another way ------------------------------------------------------------------
+
+
+def softmax_by_logsumexp(scores):
+    return torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True))
+
+
+def causal_mask_by_triu(L, S, alignment):
+    return ~torch.ones(L, S, dtype=torch.bool).triu(offset(L, S, alignment) + 1)
+
+
+def rope_in_float32(x, positions, base):
+    """The rotate-half form with the angles in float32, as Hugging Face computes them."""
+    D = x.size(-1)
+    inv_freq = 1.0 / base ** (torch.arange(0, D, 2).float() / D)
+    angles = torch.cat([positions[:, None].float() * inv_freq] * 2, dim=-1)  # (N, D)
+    rotated = torch.cat([-x[..., D // 2 :], x[..., : D // 2]], dim=-1)
+    return (x * angles.cos() + rotated * angles.sin()).to(x.dtype)
+
+
+def layer_norm_by_rsqrt(x, weight, bias, eps):
+    var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + eps) * weight + bias
+
+
+def merge_partials_by_max(out_a, lse_a, out_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    out = (w_a[..., None] * out_a + w_b[..., None] * out_b) / (w_a + w_b)[..., None]
+    return out, m + torch.log(w_a + w_b)
+
+
+ANOTHER_WAY = [
+    (ATTENTION, lambda q, k, v: attend(q.float(), k.float(), v.float()).to(q.dtype)),
+    ("scaling/stable-softmax", softmax_by_logsumexp),
+    ("masking/causal-mask", causal_mask_by_triu),
+    ("masking/padding-mask", lambda n, S: keys_kept(n, S).view(-1, 1, 1, S)),
+    (
+        "multi-head-attention/merge-heads",
+        lambda x: x.transpose(1, 2).contiguous().view(*x.shape[::2], -1),
+    ),
+    ("positions/rope", rope_in_float32),
+    ("transformer-block/layer-norm", layer_norm_by_rsqrt),
+    (
+        "efficient-attention/linear-attention",
+        lambda q, k, v: (
+            features(q) @ (features(k).mT @ v) / (features(q) @ features(k).sum(-2)[..., None])
+        ),
+    ),
+    ("attention-across-devices/merge-partials", merge_partials_by_max),
+]
+
+
+@pytest.mark.parametrize(("name", "solution"), ANOTHER_WAY, ids=[row[0] for row in ANOTHER_WAY])
+def test_a_solution_written_another_way_passes(name, solution, capsys):
+    """Other orders of operations, float32 inside: the tolerance is for rounding, not for a formula."""
+    assert run(name, solution, capsys)
+
+
+# --- generic wrong answers ---------------------------------------------------------------------------------
+
+
+HEAD = "queries-keys-values/attention: failed case 1 of 10\ncase (small): q (3, 4), k (3, 4), v (3, 4), all float64\n"
+
+
+def test_zeros_fail_with_their_own_hint(capsys):
+    result = run(ATTENTION, lambda q, k, v: torch.zeros_like(q), capsys)
+    assert not result
+    assert result.message.startswith(HEAD + "wrong values: 12 of 12 differ; the largest error is ")
+    assert result.message.endswith("hint: every value is 0")
+
+
+def test_a_transposed_output_fails_as_transposed(capsys):
+    result = run(ATTENTION, lambda q, k, v: attention(q, k, v).mT, capsys)
+    assert result.message == HEAD + (
+        "wrong shape: expected (3, 4), got (4, 3)\n"
+        "hint: that is the right result transposed: its last two axes are swapped"
+    )
+
+
+def test_a_wrong_shape_says_both_shapes(capsys):
+    result = run(ATTENTION, lambda q, k, v: attention(q, k, v)[..., :-1], capsys)
+    assert result.message == HEAD + "wrong shape: expected (3, 4), got (3, 3)"
+
+
+def test_a_wrong_dtype_says_both_dtypes(capsys):
+    result = run(ATTENTION, lambda q, k, v: attention(q, k, v).float(), capsys)
+    assert (
+        result.message == HEAD + "wrong dtype: expected float64, got float32 (the values are right)"
+    )
+
+
+def test_a_mask_of_numbers_is_a_wrong_dtype(capsys):
+    result = run(
+        "masking/causal-mask", lambda L, S, a: torch.ones(L, S).tril(offset(L, S, a)), capsys
+    )
+    assert "wrong dtype: expected bool, got float32 (the values are right)" in result.message
+
+
+def test_an_exception_shows_the_readers_line_not_the_checkers(capsys):
+    def attention(q, k, v):
+        scores = q @ k  # forgot the transpose
+        return scores
+
+    result = run(ATTENTION, attention, capsys)
+    line = attention.__code__.co_firstlineno + 1
+    assert result.message == HEAD + (
+        "attention raised RuntimeError: mat1 and mat2 shapes cannot be multiplied\n"
+        "  (3x4 and 3x4)\n"
+        f"  at line {line} of attention: scores = q @ k  # forgot the transpose"
+    )
+    assert "Traceback" not in result.message
+    assert "checker" not in result.message
+
+
+def test_the_diagonal_inside_torch_ones_is_named(capsys):
+    """A bug that published tutorials carry: torch.triu(torch.ones(L, S, diagonal=1))."""
+
+    def causal_mask(L, S, alignment):
+        return ~torch.triu(torch.ones(L, S, diagonal=1)).bool()
+
+    result = run("masking/causal-mask", causal_mask, capsys)
+    assert "causal_mask raised TypeError: ones() got an unexpected keyword" in result.message
+    assert result.hint.startswith("diagonal= belongs to tril and triu, not to ones")
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong", "phrase"),
+    [
+        (
+            "multi-head-attention/merge-heads",
+            lambda x: x.transpose(1, 2).view(x.size(0), x.size(2), -1),
+            "view needs a contiguous tensor",
+        ),
+        (
+            ATTENTION,
+            lambda q, k, v: attention(q, k.transpose(1, 2).mT, v),
+            "count axes from the end",
+        ),
+    ],
+)
+def test_a_known_exception_gets_a_hint(name, wrong, phrase, capsys):
+    result = run(name, wrong, capsys)
+    assert " raised " in result.message
+    assert phrase in result.hint
+
+
+def test_a_function_of_the_wrong_arguments_is_told_the_call(capsys):
+    result = run("masking/causal-mask", lambda L, S: causal_mask(L, S, "top-left"), capsys)
+    assert "your function raised TypeError" in result.message
+    assert (
+        result.hint == "check calls fn(L, S, alignment): does your function take these arguments?"
+    )
+
+
+def test_none_from_a_starter_is_not_attempted_yet(capsys):
+    def attention(q, k, v):
+        """A starter block: the signature, and ... for the body."""
+        ...
+
+    result = run(ATTENTION, attention, capsys)
+    assert not result
+    assert result.status == "not attempted"
+    assert result.cases == 0
+    assert result.message == (
+        "queries-keys-values/attention: not attempted yet\n"
+        "attention returned None: write its body, then run check again\n"
+        "(a body without a return statement returns None too)."
+    )
+
+
+@pytest.mark.parametrize("name", CATALOGUE)
+def test_every_starter_runs_and_says_not_attempted(name, capsys):
+    result = run(name, lambda *args: None, capsys)
+    assert result.message.startswith(f"{name}: not attempted yet\n")
+
+
+def test_none_on_a_later_case_is_a_missing_return(capsys):
+    def causal(L, S, alignment):
+        if alignment == "top-left":
+            return causal_mask(L, S, alignment)
+
+    result = run("masking/causal-mask", causal, capsys)
+    assert result.status == "failed"
+    assert result.cases == 1
+    assert "causal returned None for this case: does every path end in a return?" in result.message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "kind"),
+    [
+        (lambda q, k, v: attention(q, k, v).tolist(), "a list"),
+        (lambda q, k, v: attention(q, k, v).numpy(), "a numpy.ndarray"),
+        (lambda q, k, v: np.asarray(attention(q, k, v)).sum(), "a numpy.float64"),
+    ],
+)
+def test_a_non_tensor_says_what_it_is(wrong, kind, capsys):
+    result = run(ATTENTION, wrong, capsys)
+    assert result.message == HEAD + f"your function returned {kind}, not a torch.Tensor"
+
+
+def test_a_tuple_of_the_wrong_length_names_the_outputs(capsys):
+    result = run("decoding/cache-step", lambda *args: cache_step(*args)[:2], capsys)
+    assert result.message.endswith(
+        "\nyour function returned 2 values; it should return (out, cache_k, cache_v)"
+    )
+
+
+def test_a_wrong_mask_is_drawn_as_two_grids(capsys):
+    result = run("masking/causal-mask", lambda L, S, a: causal_mask(L, S, "top-left"), capsys)
+    assert result.message == (
+        "masking/causal-mask: failed case 6 of 14\n"
+        "case (L < S): L=3, S=5, alignment='bottom-right'\n"
+        "wrong values: 6 of 15 entries differ, the first at [0, 1]\n"
+        "  expected    got\n"
+        "  1 1 1 0 0   1 0 0 0 0\n"
+        "  1 1 1 1 0   1 1 0 0 0\n"
+        "  1 1 1 1 1   1 1 1 0 0\n"
+        "hint: that is the top-left mask: bottom-right moves the diagonal S - L keys to\n"
+        "  the right, so that the last query sees every key"
+    )
+
+
+# --- the call ----------------------------------------------------------------------------------------------
+
+
+def test_an_unknown_name_lists_the_exercises_and_guesses():
+    with pytest.raises(ValueError, match="did you mean 'masking/causal-mask'") as error:
+        check("causal-mask", causal_mask)
+    assert all(name in str(error.value) for name in CATALOGUE)
+
+
+def test_a_fn_that_is_not_callable_is_a_type_error():
+    with pytest.raises(TypeError, match="fn must be a function"):
+        check("masking/causal-mask", "causal_mask")
+
+
+def test_arguments_in_the_wrong_order_are_a_type_error():
+    with pytest.raises(TypeError, match="name must be a str"):
+        check(causal_mask, "masking/causal-mask")
+
+
+def test_two_runs_print_the_same_verdict(capsys):
+    wrong = WRONG[0][1]
+    assert run(ATTENTION, wrong, capsys).message == run(ATTENTION, wrong, capsys).message
+
+
+def test_the_global_random_state_and_threads_are_left_alone(capsys):
+    def drawing(q, k, v):
+        torch.rand(3)  # a reader's function may use the global generator
+        return attention(q, k, v)
+
+    state, threads = torch.get_rng_state(), torch.get_num_threads()
+    assert run(ATTENTION, drawing, capsys)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.get_num_threads() == threads
+
+
+def test_the_reader_cannot_change_the_cases(capsys):
+    def scribbling(q, k, v):
+        out = attention(q, k, v)
+        q.zero_()  # in place, on the checker's inputs
+        return out
+
+    assert run(ATTENTION, scribbling, capsys)
+
+
+def test_the_result_is_short_to_print(capsys):
+    result = run("masking/causal-mask", causal_mask, capsys)
+    assert repr(result) == "<Result masking/causal-mask: passed, 14 of 14 cases passed>"
