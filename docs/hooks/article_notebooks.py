@@ -13,6 +13,16 @@ absolute URLs of the site, since a downloaded notebook has no site around it. Th
 `qkv` from the site's package index when the reader's environment lacks it, with the extras the post's front
 matter names (`extras: [kernel]`).
 
+A collapsed admonition (`??? success "A solution"`, `??? question "Answer"`, `???+` for one shown open)
+becomes an HTML `<details>` with its title as the summary, its body dedented, inside a jupytext region: the
+answers and solutions of an article's exercises stay folded, and the Python fences inside them become
+listings, not code cells. The notebook is the reader's exercise book, run top to bottom: its cells are the
+starters, which `qkv.exercises.check` reports as not attempted yet, and a solution that ran as a cell would
+overwrite the reader's function with the answer before the reader had tried. A listing inside `<details>`
+keeps the solution one click away, as on the page, and offline, so the notebook needs no pointer back to the
+site. (pytest-codeblocks still runs those fences on the page; jupytext leaves indented fences as Markdown
+anyway, so without this step they would show as raw `???` lines and indented text.)
+
 The hook writes `<slug>.ipynb` next to each post's page and puts a download button at the top of the page.
 """
 
@@ -22,6 +32,7 @@ import functools
 import json
 import posixpath
 import re
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +51,12 @@ COMMENT = re.compile(r"^ *<!--.*?-->[ \t]*\n", re.MULTILINE)  # a marker, `more`
 # A fence with a file name shows a file of the package: jupytext keeps a fence inside a region as Markdown.
 LISTING = re.compile(
     r'^```(?:py|python) title="(?P<title>[^"]*)"\n(?P<body>.*?)^```$', re.MULTILINE | re.DOTALL
+)
+# A collapsed admonition and its body: the lines indented by four spaces, and blank lines, that follow it.
+FOLD = re.compile(
+    r'^\?\?\?(?P<open>\+?) +(?P<kind>[\w-]+)(?: +"(?P<title>[^"]*)")?[ \t]*\n'
+    r"(?P<body>(?:(?: {4}.*)?\n)*)",
+    re.MULTILINE,
 )
 LINK = re.compile(r"(?P<head>!?\[[^\]]*\]\()(?P<target>[^)\s]+)(?P<tail>[^)]*\))")
 ABSOLUTE = re.compile(r"^([a-z][a-z0-9+.-]*:|#|/)")  # a scheme, an anchor on the page, a root path
@@ -91,7 +108,7 @@ def article_notebook(
         extensions=["pymdownx.snippets"], extension_configs={"pymdownx.snippets": dict(snippets)}
     ).preprocessors["snippet"]
     text = "\n".join(include.run(COMMENT.sub("", markdown).split("\n")))
-    read = jupytext.reads(LISTING.sub(_listing, text), fmt="md")
+    read = jupytext.reads(FOLD.sub(_details, LISTING.sub(_listing, text)), fmt="md")
     cells: list[nbformat.NotebookNode] = []
     if url is not None:
         cells.append(nbformat.v4.new_markdown_cell(ORIGIN.format(url=url)))
@@ -125,6 +142,17 @@ def _listing(fence: re.Match[str]) -> str:
     """A fence that shows a file of the package, as a Markdown listing under the file's name."""
     source = fence["body"].strip("\n")
     return f"<!-- #region -->\nFrom `{fence['title']}`:\n\n```python\n{source}\n```\n<!-- #endregion -->"
+
+
+def _details(fold: re.Match[str]) -> str:
+    """A collapsed admonition as a folded `<details>` that jupytext keeps as Markdown, fences included."""
+    title = fold["title"] if fold["title"] is not None else fold["kind"].capitalize()
+    body = textwrap.dedent(fold["body"]).strip("\n")
+    opening = "<details open>" if fold["open"] else "<details>"
+    return (
+        f"<!-- #region -->\n{opening}\n<summary>{title}</summary>\n\n{body}\n\n</details>\n"
+        "<!-- #endregion -->\n\n"
+    )
 
 
 def _linked(found: re.Match[str], link: Callable[[str], str]) -> str:

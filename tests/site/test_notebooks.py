@@ -16,12 +16,14 @@ from pymdownx.snippets import SnippetMissingError
 from pytest_codeblocks.main import extract_from_file
 
 from tests.site.build import load_hook
+from tests.site.markdown import parse_fences
 
 ROOT = Path(__file__).resolve().parents[2]
 POSTS = sorted((ROOT / "docs" / "blog" / "posts").glob("*.md"))
 
 
-article_notebook = load_hook("article_notebooks").article_notebook
+hook = load_hook("article_notebooks")
+article_notebook, FOLD = hook.article_notebook, hook.FOLD
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +36,32 @@ def _code(notebook: nbformat.NotebookNode) -> list[str]:
     return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
 
 
+def _folded_lines(markdown: str) -> set[int]:
+    """The line numbers (1-based) of the collapsed admonitions (`??? ...`) and their bodies."""
+    lines = set()
+    for fold in FOLD.finditer(markdown):
+        first = markdown.count("\n", 0, fold.start()) + 1
+        lines.update(range(first, first + fold[0].count("\n")))
+    return lines
+
+
 @pytest.mark.parametrize("post", POSTS, ids=[post.stem for post in POSTS])
 def test_notebook_holds_the_code_the_docs_tests_run(
     post: Path, snippets: dict[str, object]
 ) -> None:
-    notebook = article_notebook(
-        post.read_text(encoding="utf-8"), snippets=snippets, url="https://x/"
-    )
+    text = post.read_text(encoding="utf-8")
+    notebook = article_notebook(text, snippets=snippets, url="https://x/")
     blocks = [block.code for block in extract_from_file(post) if block.syntax == "python"]
+    fences = [
+        f for f in parse_fences(text) if f.syntax == "python" and f.joined != "expected-output"
+    ]
     assert _code(notebook), f"{post.name} has no Python block"
     # pytest-codeblocks joins a `cont` block to the one before it; the notebook keeps them as cells.
-    assert "".join(blocks).split() == "\n".join(_code(notebook)).split()
+    assert "".join(blocks).split() == "\n".join("\n".join(f.body) for f in fences).split()
+    # except the blocks folded on the page (answers, solutions), which stay folded listings
+    folded = _folded_lines(text)
+    shown = ["\n".join(f.body) for f in fences if f.line not in folded]
+    assert "\n".join(shown).split() == "\n".join(_code(notebook)).split()
     assert notebook.cells[0].source.startswith("*Generated from the article at <https://x/>")
     markdown = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
     assert "<!--" not in markdown
@@ -125,6 +142,53 @@ def test_only_python_fences_become_code_cells(tmp_snippets: dict[str, object]) -
     assert "date:" not in intro
     assert rest.startswith("```text\n1\n```")
     assert "```console\n$ pip install qkv\n```" in rest
+
+
+FOLDED = """# Folds
+
+```python
+def f():
+    ...
+```
+
+??? success "A solution"
+
+    ```python
+    def f():
+        return 1
+    ```
+
+    <!--pytest-codeblocks:expected-output-->
+    ```text
+    1
+    ```
+
+    Said after the code.
+
+???+ note
+
+    Open from the start.
+
+After the folds.
+"""
+
+
+def test_a_collapsed_admonition_becomes_a_folded_listing(tmp_snippets: dict[str, object]) -> None:
+    notebook = article_notebook(FOLDED, snippets=tmp_snippets)
+    assert _code(notebook) == ["def f():\n    ..."]  # the solution is not a cell
+    (_, _, rest) = notebook.cells
+    solution = (
+        "<details>\n<summary>A solution</summary>\n\n```python\ndef f():\n    return 1\n```\n\n"
+        "```text\n1\n```\n\nSaid after the code.\n\n</details>"
+    )
+    assert rest.source.startswith(solution)
+    assert (
+        "<details open>\n<summary>Note</summary>\n\nOpen from the start.\n\n</details>"
+        in rest.source
+    )
+    assert rest.source.endswith("After the folds.")
+    assert "???" not in rest.source
+    assert "<!--" not in rest.source
 
 
 def test_snippet_becomes_a_listing_of_the_included_source(tmp_snippets: dict[str, object]) -> None:
