@@ -1,4 +1,4 @@
-"""Build and test QKV: `nox` runs lint, the tests (docs code blocks included) and the browser checks.
+"""Build and test QKV: `nox` runs lint, then the tests of every wing (the articles' blocks and the browser's).
 
 Sessions reuse their virtualenvs between runs; every one installs torch through `constraints.txt`, which pins
 the CPU build this project is tested with.
@@ -27,27 +27,19 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The package's tests and every Python block of the site, the Triton kernel under its interpreter."""
-    session.install(*CONSTRAINTS, "-e", ".[test,docs]")
-    # with no path in the arguments, pytest runs its testpaths: tests/library, tests/lab, tests/site, docs
-    # both cores; the tests that read the built site share one worker (tests/site/conftest.py)
+    """Every wing's tests and every Python block of the site: the Triton kernel under its interpreter, the
+    built site served on 127.0.0.1 and checked in headless Chromium."""
+    _ensure_chromium(session)
+    session.install(*CONSTRAINTS, "-e", ".[test,docs,browser]")
+    # with no path in the arguments, pytest runs its testpaths (pyproject.toml), in their order, on both cores;
+    # the tests that share a reader or the visited pages keep to one worker each (tests/browser/conftest.py)
     session.run(
         "pytest",
         "--codeblocks",
-        *("-n", "2", "--dist", "loadgroup"),
+        *("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"),
         *session.posargs,
         env={**DOCS_ENV, "TRITON_INTERPRET": "1"},
     )
-
-
-@nox.session(python=PYTHON)
-def browser(session: nox.Session) -> None:
-    """Build the site, serve it on 127.0.0.1 and check every page in headless Chromium."""
-    _ensure_chromium(session)
-    session.install(*CONSTRAINTS, "-e", ".[test,docs,browser]")
-    # two groups side by side: the reader's run, and the pages (tests/browser/conftest.py)
-    parallel = ("-n", "2", "--dist", "loadgroup")
-    session.run("pytest", "tests/browser", *parallel, *session.posargs, env=DOCS_ENV)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -26,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from filelock import FileLock
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
@@ -59,6 +60,19 @@ def start() -> None:
     """
     global _typesetter
     TYPESET.mkdir(exist_ok=True)
+    with FileLock(TYPESET.with_name(TYPESET.name + ".lock")):  # two processes at once install once
+        _install()
+    _typesetter = subprocess.Popen(
+        [str(Path(NODEJS, "bin", "node")), str(TYPESET / "typeset.js"), "woff-v2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+
+
+def _install() -> None:
+    """Copy the typesetter's files into `TYPESET` and run `npm ci` there if its lockfile changed."""
     lockfile = "package-lock.json"
     stale = (
         not (TYPESET / lockfile).is_file()
@@ -75,13 +89,6 @@ def start() -> None:
         )
         if done.returncode != 0:
             raise RuntimeError(f"npm ci in {TYPESET} failed:\n{done.stdout}{done.stderr}")
-    _typesetter = subprocess.Popen(
-        [str(Path(NODEJS, "bin", "node")), str(TYPESET / "typeset.js"), "woff-v2"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-    )
 
 
 def stop() -> None:

@@ -4,7 +4,8 @@ A toy's training takes seconds to a minute and gives the same numbers every time
 site's tests, its build and a reader's notebook all ask for the same runs. `@remembered` keeps a function's
 result in a file named by the hash of the function's name, its arguments (defaults filled in), the source of
 the `qkv` and `qkv_lab` packages, and the torch version; a change to any of them trains anew. The results are
-plain data (lists, numbers, tensors), read back with `torch.load(weights_only=True)`.
+plain data (lists, numbers, tensors), read back with `torch.load(weights_only=True)`. Processes that ask for
+the same result at once compute it once: the first holds a lock file beside it, the others wait and read.
 
 The folder is `$QKV_CACHE`, else `$XDG_CACHE_HOME/qkv`, else `~/.cache/qkv`; `QKV_CACHE=off` switches the
 cache off.
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import torch
+from filelock import FileLock  # a dependency of torch
 
 import qkv
 
@@ -64,11 +66,15 @@ def remembered(fn: Callable[P, R]) -> Callable[P, R]:
         path = where / f"{fn.__qualname__}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.pt"
         if path.is_file():
             return torch.load(path, weights_only=True)
-        result = fn(*args, **kwargs)
         where.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        torch.save(result, partial)
-        partial.replace(path)  # whole or not at all, even with two processes at once
+        # Processes asking at once (the site's build beside its tests) compute it once: the others wait.
+        with FileLock(path.with_suffix(".lock")):
+            if path.is_file():
+                return torch.load(path, weights_only=True)
+            result = fn(*args, **kwargs)
+            partial = path.with_suffix(f".{os.getpid()}.partial")
+            torch.save(result, partial)
+            partial.replace(path)  # whole or not at all
         return result
 
     return wrapper

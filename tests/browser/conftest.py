@@ -1,11 +1,13 @@
 """Fixtures of the browser tests: the site built once and served on 127.0.0.1, every page visited once.
 
-The site is the one the site tests built (`tests.site.build.build_site`, `mkdocs build --strict`, shared
-through `build/`), served by the main pytest process at the address it was built for (`pytest_configure`); if
-that port is taken, it is built anew for a free port. The tests run in two groups side by side (`pytest -n 2
---dist loadgroup`, as `nox -s browser` does): the reader's run (`test_reader.py`, `test_install.py`) and the
-pages. Within a group, one headless Chromium (Debian's `chromium`) is shared by all tests; each page is visited
-in its own context by `visit.visit`, and the tests read the records.
+The site is the shared build of `tests.site.build.build_site` (`mkdocs build --strict`, kept in `build/`),
+served by the main pytest process at the address it is built for (`pytest_configure`). The main process
+starts the build in the background as the run begins, so that the tests that need no site run meanwhile; a
+test that needs it waits for it (`site`). If the port is taken, the site is built first, for a free port.
+The tests run in two groups side by side (`pytest -n 2 --dist loadgroup`, as `nox -s tests` does): the
+reader's run (`test_reader.py`, `test_install.py`) and the pages. Within a group, one headless Chromium
+(Debian's `chromium`) is shared by all tests; each page is visited in its own context by `visit.visit`, and
+the tests read the records.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from playwright.sync_api import Browser, sync_playwright
 from tests.browser.visit import Visit, visit
 from tests.site.build import LOCAL_PORT, LOCAL_URL, ROOT, build_site, serve, site_folder
 
+HERE = Path(__file__).parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -112,12 +116,22 @@ def pytest_configure(config: pytest.Config) -> None:
     except OSError:
         folder = Path(tempfile.mkdtemp(prefix="qkv-site-"))
         url = stack.enter_context(serve(folder))
-    try:
-        folder = build_site(None if url == LOCAL_URL else folder, site_url=url)
-    except RuntimeError as error:
-        stack.close()
-        raise pytest.UsageError(str(error)) from None
+        try:
+            build_site(folder, site_url=url)
+        except RuntimeError as error:
+            stack.close()
+            raise pytest.UsageError(str(error)) from None
+    else:
+        building = threading.Thread(target=_build_in_background)
+        building.start()
+        stack.callback(building.join)
     os.environ[SITE] = json.dumps([str(folder), url])
+
+
+def _build_in_background() -> None:
+    """The shared build; a failed one is left to the tests that need the site: they build again and report it."""
+    with contextlib.suppress(RuntimeError):
+        build_site()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -129,14 +143,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Two groups that `pytest -n 2 --dist loadgroup` runs side by side: the reader's run, and the pages."""
     for item in items:
+        if HERE not in item.path.parents:  # the run's other wings (this hook sees every item)
+            continue
         reader = item.path.name in ("test_reader.py", "test_install.py")
         item.add_marker(pytest.mark.xdist_group("reader" if reader else "pages"))
 
 
 @pytest.fixture(scope="session")
 def site() -> Site:
-    """The site that `pytest_configure` serves."""
+    """The site that `pytest_configure` serves, once it is built."""
     folder, url = json.loads(os.environ[SITE])
+    if url == LOCAL_URL:
+        build_site()  # the main process's build: wait until it is complete (or build, if none is running)
     return Site(Path(folder), url, _pages(Path(folder)))
 
 

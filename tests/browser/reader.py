@@ -1,13 +1,11 @@
-"""Run the code of one page as a reader would: the script that `test_reader.py` starts in the reader's Python.
+"""Run each block of one page alone, as a reader who copies one block would: `test_reader.py` starts this script
+in the reader's Python.
 
 It reads from standard input a JSON list of blocks, each `{"code": str, "output": str | None}` as the page
-shows them, and prints a JSON list with one result per block (`null` when it ran as the page says, else what
-went wrong). Two modes:
-
-- `in-order`: every block in turn in one namespace, as someone pasting a page into one Python session; a
-  block that the page follows with an output block must print exactly that.
-- `alone`: every block in a fresh namespace of its own, in a child process forked after `import torch`
-  (only torch is imported first, so a block that forgets an import still fails).
+shows them, and prints a JSON list with one result per block: `null` when the block ran and printed what the
+page's output block below it shows (if it has one), else what went wrong. Each block runs in a fresh namespace
+of its own, in a child process forked after `import torch` (only torch is imported first, so a block that
+forgets an import still fails).
 
 This file runs under the reader's interpreter, which has torch and qkv but no test dependencies.
 """
@@ -33,28 +31,27 @@ def run(code: str, namespace: dict) -> tuple[str, str | None]:
     return printed.getvalue(), None
 
 
-def in_order(blocks: list[dict]) -> list[str | None]:
-    namespace: dict = {"__name__": "__main__"}
-    results: list[str | None] = []
-    for block in blocks:
-        printed, error = run(block["code"], namespace)
-        if error is None and block["output"] is not None and printed != block["output"]:
-            error = f"printed {printed!r}, the page shows {block['output']!r}"
-        results.append(error)
-    return results
+def alone(block: dict) -> str | None:
+    """Run `block` in a fresh namespace: None if it ran and printed what the page shows."""
+    printed, error = run(block["code"], {"__name__": "__main__"})
+    if error is None and block["output"] is not None and printed != block["output"]:
+        error = f"printed {printed!r}, the page shows {block['output']!r}"
+    return error
 
 
-def alone(blocks: list[dict]) -> list[str | None]:
-    import torch  # noqa: F401  (imported once, before the forks, so each block starts fast)
+def each_alone(blocks: list[dict]) -> list[str | None]:
+    import torch
 
+    # Imported once, before the forks, so that each block starts fast. The first broadcast loads the modules
+    # torch needs for it (sympy), which would cost every child a second or so; a block's namespace stays empty.
+    torch.broadcast_shapes((1,), (1,))
     results: list[str | None] = []
     for block in blocks:
         read, write = os.pipe()
         child = os.fork()
         if child == 0:
             os.close(read)
-            _, error = run(block["code"], {"__name__": "__main__"})
-            os.write(write, json.dumps(error).encode())
+            os.write(write, json.dumps(alone(block)).encode())
             os._exit(0)
         os.close(write)
         with os.fdopen(read) as pipe:
@@ -65,5 +62,4 @@ def alone(blocks: list[dict]) -> list[str | None]:
 
 
 if __name__ == "__main__":
-    mode = {"in-order": in_order, "alone": alone}[sys.argv[1]]
-    print(json.dumps(mode(json.load(sys.stdin))))
+    print(json.dumps(each_alone(json.load(sys.stdin))))

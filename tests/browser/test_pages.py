@@ -8,10 +8,20 @@ from pathlib import PurePosixPath
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
+import pytest
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
-from tests.browser.visit import LAY_OUT_EVERYTHING, PHONE, SHOW_EVERY_CODE_BLOCK, SKIPPABLE, Visit
+from tests.browser.visit import (
+    COLOURS,
+    LAY_OUT_EVERYTHING,
+    PHONE,
+    SHOW_EVERY_CODE_BLOCK,
+    SKIPPABLE,
+    Visit,
+    lay_out_everything,
+    scan,
+)
 from tests.site.build import QuietHandler, serve
 
 # Alt texts that say nothing about the picture.
@@ -31,6 +41,16 @@ EMPTY_ALT = {
 
 def _report(problems: dict[str, list]) -> str:
     return "\n".join(f"/{page}: {found}" for page, found in problems.items() if found)
+
+
+def test_the_pages_share_one_worker(request: pytest.FixtureRequest) -> None:
+    """Under `pytest -n 2 --dist loadgroup` (nox), the page tests run in one worker, which visits each page once.
+
+    A pytest that pytest-xdist does not fully support drops the groups without a word (pytest 9.2 with
+    pytest-xdist 3.8 did): then both workers visit every page and set up a reader, and this test fails.
+    """
+    if getattr(request.config.option, "loadgroup", False):  # a worker of --dist loadgroup
+        assert request.node.nodeid.endswith("@pages"), request.node.nodeid
 
 
 def test_the_pages_visited_include_every_article(site: Site, visits: list[Visit]) -> None:
@@ -261,3 +281,22 @@ def test_code_blocks_are_set_up_when_they_come_on_screen(site: Site, browser: Br
     assert blocks > 10
     assert at_load < blocks / 4, f"{at_load} of {blocks} blocks set up at load"
     assert shown == blocks
+
+
+# Pygments' class for keywords and Material's variable for the text of a code block (between token spans).
+FADED = {
+    "a token class": ".md-typeset .highlight .k { color: #dddddd !important; }",
+    "text between tokens": ".md-typeset { --md-code-fg-color: #dddddd; }",
+}
+
+
+@pytest.mark.parametrize("fault", FADED)
+def test_the_accessibility_scan_finds_faded_code(site: Site, browser: Browser, fault: str) -> None:
+    """The scan checks code by samples (`visit.scan`): a colour that fails contrast in any block is still found."""
+    page = browser.new_page()
+    page.goto(site.url + "blog/masking/", wait_until="networkidle")
+    lay_out_everything(page)
+    page.add_style_tag(content=FADED[fault])
+    found = scan(page, COLOURS)  # without the fault, the page has none (test_no_serious_...)
+    page.close()
+    assert any(violation.startswith("color-contrast") for violation in found), found

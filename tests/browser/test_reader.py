@@ -2,15 +2,18 @@
 
 A fresh virtual environment gets nothing but `torch==2.13.0`, then `qkv` exactly as the Get started page
 says (its install commands, read from the rendered page, which point at the served site): first the plain
-package, then, for the articles whose front matter names `extras`, the command with every extra. Outside the
-repository, in that environment:
+package and Jupyter, then, for the articles whose front matter names `extras`, the command with every extra.
+Outside the repository, in that environment:
 
-- each article's Python blocks, as the copy button gives them (the text of the rendered `pre > code`), run
-  in page order in one interpreter, and print what the page's output blocks show; an article that names no
-  extra runs with the plain package, before the extras are installed;
-- each block runs alone too, and the blocks that fail alone are exactly the ones whose title bar says they
-  continue the block above;
-- every notebook the site offers for download (each article's, and the playground) runs top to bottom.
+- each article's notebook, downloaded from its page, runs top to bottom; its code cells are the page's blocks
+  in page order, as the copy button gives them (the text of the rendered `pre > code`), and each prints what
+  the page's output block below it shows. This is a reader pasting the page into one Python session;
+- each block runs alone too, and prints what the page shows: the blocks that fail alone are exactly the ones
+  whose title bar says they continue the block above;
+- the playground notebook runs top to bottom.
+
+An article that names no extra runs with the plain package, before the extras are installed. Blocks folded
+away in a collapsed admonition (a solution, say) are not notebook cells: they run alone.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ BLOCKS = """() => [...document.querySelectorAll(".md-content div.highlight")].ma
   language: [...box.classList].find((name) => name.startsWith("language-")) || "",
   title: box.querySelector(":scope > .filename")?.textContent ?? null,
   code: box.querySelector("pre > code").textContent,
+  folded: box.closest("details") !== null,
 }))"""
+PLAYGROUND = "notebooks/playground/"
 DOWNLOADS = (
     """() => [...document.querySelectorAll('a[download][href$=".ipynb"]')].map((a) => a.href)"""
 )
@@ -56,6 +61,7 @@ class Block:
     code: str
     output: str | None
     continues: bool
+    folded: bool  # inside a collapsed admonition: not a cell of the page's notebook
 
     def __str__(self) -> str:
         return f"/{self.page} block {self.number}"
@@ -115,17 +121,24 @@ def install_commands(site: Site, browser: Browser) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="session")
-def reader(
-    install_commands: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """The reader's working folder, outside the repository, with a fresh `venv/` and the plain package."""
+def reader_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reader's working folder, outside the repository, with a fresh `venv/`: torch and Jupyter only.
+
+    Nothing here needs the site, so it is set up while the site is still being built.
+    """
     folder = tmp_path_factory.mktemp("reader")
     _run([sys.executable, "-m", "venv", "venv"], folder)
     python = str(folder / "venv" / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", TORCH], folder)
-    _run([python, *install_commands["plain"][1:]], folder)
-    _run([python, "-m", "pip", "install", "-q", *NOTEBOOK_RUNNER], folder)
+    _run([python, "-m", "pip", "install", "-q", TORCH, *NOTEBOOK_RUNNER], folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def reader(reader_python: Path, install_commands: dict[str, list[str]]) -> Path:
+    """The reader's folder once the plain package is installed from the site."""
+    python = str(reader_python / "venv" / "bin" / "python")
+    _run([python, *install_commands["plain"][1:]], reader_python)
+    return reader_python
 
 
 def _needs_extras(path: str) -> bool:
@@ -133,39 +146,36 @@ def _needs_extras(path: str) -> bool:
     return bool(post.meta.get("extras"))
 
 
-def _run_articles(reader: Path, articles: dict[str, list[Block]]) -> dict[str, dict[str, list]]:
-    """Each article's blocks in page order (one interpreter per article) and each alone: side by side."""
-    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        runs = {
-            (mode, path): pool.submit(_results, reader, mode, found)
-            for path, found in articles.items()
-            for mode in ("in-order", "alone")
-        }
-        found = {"in-order": {}, "alone": {}}
-        for (mode, path), run in runs.items():
-            found[mode][path] = run.result()
-        return found
+@dataclass(frozen=True)
+class Article:
+    """An article as the rendered page shows it: its runnable blocks, in page order, and its notebook."""
+
+    path: str
+    blocks: list[Block]
+    notebook: str  # the address of the notebook its download button offers
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A code cell of a notebook that ran: its source, what it printed, and the error it raised, if any."""
+
+    source: str
+    printed: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Run:
+    """What running one article did: each block alone (None: it ran as the page says), and its notebook."""
+
+    alone: list[str | None]
+    cells: list[Cell]
 
 
 @pytest.fixture(scope="session")
-def plain_errors(reader: Path, articles: dict[str, list[Block]]) -> dict[str, dict[str, list]]:
-    """The articles that name no extra, run with the plain package only (see `_run_articles`)."""
-    plain = {path: found for path, found in articles.items() if not _needs_extras(path)}
-    return _run_articles(reader, plain)
-
-
-@pytest.fixture(scope="session")
-def full_reader(reader: Path, install_commands: dict[str, list[str]], plain_errors: dict) -> Path:
-    """The reader's folder once the plain articles have run and the extras are installed."""
-    python = str(reader / "venv" / "bin" / "python")
-    _run([python, *install_commands["extras"][1:]], reader)
-    return reader
-
-
-@pytest.fixture(scope="session")
-def articles(site: Site, browser: Browser) -> dict[str, list[Block]]:
-    """Each article's runnable blocks, in reading order, as the rendered page shows them."""
-    found: dict[str, list[Block]] = {}
+def articles(site: Site, browser: Browser) -> dict[str, Article]:
+    """Each article as the rendered page shows it, in reading order."""
+    found: dict[str, Article] = {}
     page = browser.new_page()
     for path in _reading_order():
         page.goto(site.url + path)
@@ -177,92 +187,143 @@ def articles(site: Site, browser: Browser) -> dict[str, list[Block]]:
                 continue
             after = shown[index + 1] if index + 1 < len(shown) else None
             output = after["code"] if after and after["title"] == OUTPUT else None
+            continues = box["title"] == CONTINUES
             blocks.append(
-                Block(path, len(blocks) + 1, box["code"], output, box["title"] == CONTINUES)
+                Block(path, len(blocks) + 1, box["code"], output, continues, box["folded"])
             )
-        found[path] = blocks
+        (notebook,) = page.evaluate(DOWNLOADS)
+        found[path] = Article(path, blocks, notebook)
     page.close()
-    assert all(found.values()), {path: len(blocks) for path, blocks in found.items()}
+    assert all(article.blocks for article in found.values()), found.keys()
     return found
 
 
-def _results(reader: Path, mode: str, blocks: list[Block]) -> list[str | None]:
+def _alone(reader: Path, blocks: list[Block]) -> list[str | None]:
     python = str(reader / "venv" / "bin" / "python")
     given = json.dumps([{"code": block.code, "output": block.output} for block in blocks])
-    return json.loads(_run([python, str(READER), mode], reader, stdin=given))
+    return json.loads(_run([python, str(READER)], reader, stdin=given))
 
 
-def _blocks(articles: dict[str, list[Block]]) -> list[Block]:
-    return [block for found in articles.values() for block in found]
+def _notebook(reader: Path, url: str) -> list[Cell]:
+    """Download the notebook at `url` into the reader's folder, run it top to bottom, and read its code cells.
+
+    Jupyter runs on past a failing cell (`--allow-errors`) so that every failure is reported, not the first.
+    """
+    notebook = reader / Path(url).name
+    with urllib.request.urlopen(url) as response:
+        notebook.write_bytes(response.read())
+    jupyter = str(reader / "venv" / "bin" / "jupyter-execute")
+    _run([jupyter, "--timeout=600", "--allow-errors", "--inplace", notebook.name], reader)
+    cells = []
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        outputs = cell["outputs"]
+        printed = "".join("".join(out["text"]) for out in outputs if out.get("name") == "stdout")
+        errors = [
+            f"{out['ename']}: {out['evalue']}" for out in outputs if out["output_type"] == "error"
+        ]
+        cells.append(Cell("".join(cell["source"]), printed, errors[0] if errors else None))
+    return cells
+
+
+def _run_articles(reader: Path, articles: list[Article]) -> dict[str, Run]:
+    """Each article's blocks alone, and its notebook: all of them side by side."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        alone = {a.path: pool.submit(_alone, reader, a.blocks) for a in articles}
+        cells = {a.path: pool.submit(_notebook, reader, a.notebook) for a in articles}
+        return {a.path: Run(alone[a.path].result(), cells[a.path].result()) for a in articles}
 
 
 @pytest.fixture(scope="session")
-def errors(
-    full_reader: Path, articles: dict[str, list[Block]], plain_errors: dict[str, dict[str, list]]
-) -> dict[str, list[str | None]]:
-    """What each block raised (None: it ran and printed what the page shows), in page order and alone.
+def plain_runs(reader: Path, articles: dict[str, Article]) -> dict[str, Run]:
+    """The articles that name no extra, run with the plain package only (see `_run_articles`)."""
+    return _run_articles(reader, [a for path, a in articles.items() if not _needs_extras(path)])
 
-    The articles that name no extra ran before the extras were installed; the others run now.
-    """
-    rest = {path: found for path, found in articles.items() if path not in plain_errors["alone"]}
-    found = _run_articles(full_reader, rest)
-    return {
-        mode: [error for path in articles for error in (plain_errors[mode] | found[mode])[path]]
-        for mode in ("in-order", "alone")
-    }
+
+@pytest.fixture(scope="session")
+def full_reader(
+    reader: Path, install_commands: dict[str, list[str]], plain_runs: dict[str, Run]
+) -> Path:
+    """The reader's folder once the plain articles have run and the extras are installed."""
+    python = str(reader / "venv" / "bin" / "python")
+    _run([python, *install_commands["extras"][1:]], reader)
+    return reader
+
+
+@pytest.fixture(scope="session")
+def runs(
+    full_reader: Path, articles: dict[str, Article], plain_runs: dict[str, Run]
+) -> dict[str, Run]:
+    """Every article's run, in reading order: the articles that name an extra run now, with the extras."""
+    rest = _run_articles(full_reader, [a for path, a in articles.items() if path not in plain_runs])
+    return {path: (plain_runs | rest)[path] for path in articles}
+
+
+def _in_order(article: Article, cells: list[Cell]) -> list[str]:
+    """What differs between the page, read top to bottom, and its notebook's run."""
+    install, *cells = cells
+    if not install.source.startswith("# Install qkv"):
+        return [
+            f"/{article.path}: the notebook's first cell does not install qkv: {install.source[:60]!r}"
+        ]
+    shown = [block for block in article.blocks if not block.folded]
+    sources = [cell.source.rstrip("\n") for cell in cells]
+    if sources != [block.code.rstrip("\n") for block in shown]:
+        return [
+            f"/{article.path}: the notebook's {len(cells)} cells are not the page's {len(shown)} blocks"
+        ]
+    problems = []
+    for block, cell in zip(shown, cells, strict=True):
+        if cell.error is not None:
+            problems.append(f"{block}: {cell.error}")
+        elif block.output is not None and cell.printed != block.output:
+            problems.append(f"{block}: printed {cell.printed!r}, the page shows {block.output!r}")
+    return problems
 
 
 def test_every_article_runs_in_order_as_copied(
-    articles: dict[str, list[Block]], errors: dict[str, list[str | None]]
+    articles: dict[str, Article], runs: dict[str, Run]
 ) -> None:
-    problems = [
-        f"{block}: {error}"
-        for block, error in zip(_blocks(articles), errors["in-order"], strict=True)
-        if error is not None
-    ]
+    problems = [p for path, run in runs.items() for p in _in_order(articles[path], run.cells)]
     assert not problems, "\n".join(problems)
 
 
 def test_blocks_that_fail_alone_are_marked_as_continuations(
-    articles: dict[str, list[Block]], errors: dict[str, list[str | None]]
+    articles: dict[str, Article], runs: dict[str, Run]
 ) -> None:
-    """A block runs alone, or its title says that it continues the one above.
+    """A block runs alone and prints what the page shows, or its title says that it continues the one above.
 
     A marked block may still run alone when it only defines names that it uses later (a class whose
     methods read the page's constants): it is counted, not failed.
     """
-    blocks = _blocks(articles)
-    results = errors["alone"]
-    unmarked = [
-        f"{block}: {error}"
-        for block, error in zip(blocks, results, strict=True)
-        if error and not block.continues
+    results = [
+        (block, error)
+        for path, run in runs.items()
+        for block, error in zip(articles[path].blocks, run.alone, strict=True)
     ]
+    unmarked = [f"{block}: {error}" for block, error in results if error and not block.continues]
     assert not unmarked, "\n".join(unmarked)
-    alone = sum(
-        error is None and not block.continues for block, error in zip(blocks, results, strict=True)
-    )
-    defining = sum(
-        error is None and block.continues for block, error in zip(blocks, results, strict=True)
-    )
+    alone = sum(error is None and not block.continues for block, error in results)
+    defining = sum(error is None and block.continues for block, error in results)
     print(
-        f"\nblocks that run alone: {alone}; marked as continuations: {len(blocks) - alone}"
+        f"\nblocks that run alone: {alone}; marked as continuations: {len(results) - alone}"
         f" (of which {defining} only define names and run alone too)"
     )
 
 
-def test_every_notebook_offered_runs(site: Site, browser: Browser, full_reader: Path) -> None:
+def test_every_notebook_offered_runs(
+    site: Site, browser: Browser, full_reader: Path, articles: dict[str, Article], runs: dict
+) -> None:
+    """The articles' notebooks ran (above); the playground's too, and no page offers another."""
     page = browser.new_page()
     links: list[str] = []
-    for path in [*_reading_order(), "notebooks/playground/"]:
+    for path in [*_reading_order(), PLAYGROUND]:
         page.goto(site.url + path)
         links += page.evaluate(DOWNLOADS)
     page.close()
-    assert len(links) == len(_reading_order()) + 1, links
-    jupyter = str(full_reader / "venv" / "bin" / "jupyter-execute")
-    for link in links:
-        notebook = full_reader / Path(link).name
-        with urllib.request.urlopen(link) as response:
-            notebook.write_bytes(response.read())
-        _run([jupyter, "--timeout=600", notebook.name], full_reader)
-    print(f"\nnotebooks run: {len(links)}")
+    playground = [link for link in links if link not in {a.notebook for a in articles.values()}]
+    assert len(playground) == 1, links
+    errors = [cell.error for cell in _notebook(full_reader, playground[0]) if cell.error]
+    assert not errors, errors
+    print(f"\nnotebooks run: {len(runs) + len(playground)}")

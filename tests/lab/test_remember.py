@@ -1,5 +1,7 @@
 """qkv_lab.remember: a slow function's results kept on disk, keyed by its arguments and the source."""
 
+import multiprocessing
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,28 @@ def test_other_arguments_or_other_source_compute_again(
     monkeypatch.setattr(remember, "_source_digest", lambda: "the package changed")
     square(3)
     assert calls == [(3, 1.0), (4, 1.0), (3, 2.0), (3, 1.0)]
+
+
+@remember.remembered
+def _slow_and_counted(log: str) -> list[int]:
+    with open(log, "a") as file:
+        file.write("computed\n")
+    time.sleep(1)
+    return [1]
+
+
+def test_processes_asking_at_once_compute_once(cache: Path) -> None:
+    log = cache / "log.txt"
+    fork = multiprocessing.get_context("fork")
+    asking = [fork.Process(target=_slow_and_counted, args=(str(log),)) for _ in range(3)]
+    for process in asking:
+        process.start()
+    for process in asking:
+        process.join()
+    assert [process.exitcode for process in asking] == [0, 0, 0]
+    assert log.read_text() == "computed\n"
+    assert _slow_and_counted(str(log)) == [1]
+    assert log.read_text() == "computed\n"
 
 
 def test_off_switches_the_cache_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -109,13 +109,3 @@ def test_the_check_finds_a_missing_page_anchor_and_asset(tmp_path: Path) -> None
         f"/a/index.html: {LOCAL_URL}b/ (no file b/index.html)",
         "/a/index.html: ../logo.svg (no file logo.svg)",
     ]
-
-
-def test_the_tests_that_read_the_build_share_one_worker(request: pytest.FixtureRequest) -> None:
-    """Under `pytest -n 2 --dist loadgroup` (nox), this module runs in the worker that builds the site.
-
-    A pytest that pytest-xdist does not fully support drops the groups without a word (pytest 9.2 with
-    pytest-xdist 3.8 did): then two workers build or install MathJax at once, and this test fails.
-    """
-    if getattr(request.config.option, "loadgroup", False):  # a worker of --dist loadgroup
-        assert request.node.nodeid.endswith("@site-build"), request.node.nodeid
