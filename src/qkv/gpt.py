@@ -270,7 +270,8 @@ class GPT(nn.Module):
         if self.position_embed is not None:
             x = x + self.position_embed(positions)  # (L, E) broadcast over B
         mask = Mask(alignment="bottom_right", dense=self._alibi(length, past + length, x.dtype))
-        for block, block_cache in zip(self.blocks, cache or [None] * len(self.blocks), strict=True):
+        caches = [None] * len(self.blocks) if cache is None else cache
+        for block, block_cache in zip(self.blocks, caches, strict=True):
             x = block(x, positions, mask, block_cache)
         return self.lm_head(self.norm(x))  # (B, L, E) -> (B, L, V)
 
@@ -280,11 +281,10 @@ class GPT(nn.Module):
         """ALiBi's `(H, L, S)` bias for L queries after `S - L` cached tokens, or None without ALiBi."""
         if self.config.positions != "alibi":
             return None
-        device = self.embed.weight.device
+        heads, device = self.config.heads, self.embed.weight.device
         # bottom-right: the L queries are the last L of the S positions, as for the causal mask
-        return alibi_bias(self.config.heads, length, keys, device, alignment="bottom_right").to(
-            dtype
-        )
+        bias = alibi_bias(heads, length, keys, device, alignment="bottom_right")  # (H, L, S)
+        return bias.to(dtype)
 
     def _check(self, ids: object, cache: object) -> int:
         """Raise unless `ids (B, L)` and `cache` fit the model; return the number of cached tokens."""

@@ -4,9 +4,10 @@ Every option of `GPTConfig` is checked against `reference_logits`, the forward p
 plain torch operations from the model's weights (RoPE as complex rotations, ALiBi from the paper's slopes,
 the causal mask as `j <= i`). The Llama-shaped configs are also checked against transformers, in float64.
 transformers computes RoPE's angles and RMSNorm in float32 whatever the dtype, so its float64 logits carry
-float32 round-off: measured at most about 1e-6 on logits of size 1 to 5 here (positions up to 48, three
-layers), they are held to `HF_TOLERANCE` = 1e-5. With those two steps done in float64 instead (a patch of
-this test, `float64_llama`), the logits agree to float64 round-off (1e-12).
+float32 round-off, which grows with the position (an angle of 47 radians is held to about 4e-6): measured at
+most 5.6e-6 here, on logits of size 2 to 6 at positions up to 47 (transformers 5.24, torch 2.13), they are
+held to `HF_TOLERANCE` = 2e-5. With those two steps done in float64 instead (a patch of this test,
+`float64_llama`), the logits agree to float64 round-off (1e-12): the whole difference is those two steps.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from qkv.gpt import (
 
 # one worker imports transformers (seconds) for all the tests that need it, under `--dist loadgroup`
 needs_transformers = pytest.mark.xdist_group("transformers")
-HF_TOLERANCE = 1e-5  # transformers' float32 RoPE angles and RMSNorm (module docstring)
+HF_TOLERANCE = 2e-5  # transformers' float32 RoPE angles and RMSNorm (module docstring)
 EXACT = {"rtol": 1e-12, "atol": 1e-12}  # float64, the same formula computed in another order
 
 
