@@ -114,21 +114,23 @@ def ngram_bits_per_byte(train: bytes, validation: bytes, order: int) -> float:
 def bits_per_byte(model: GPT, validation: Tensor) -> float:
     """The model's bits per byte on every byte of `validation` but the first.
 
-    `validation` is cut into windows of `context + 1` bytes that share their edge bytes; within a window each
-    byte is predicted from the bytes before it in the window.
+    `validation` is cut into windows of `context + 1` bytes that share their edge bytes (the last may be
+    shorter); within a window each byte is predicted from the bytes before it in the window.
+
+    Raises:
+        ValueError: a `validation` of fewer than 2 bytes.
     """
-    context, n = model.config.context, len(validation)
-    nats, count = 0.0, 0
-    for start in range(0, n - 1, context * BATCH):
-        starts = range(start, min(start + context * BATCH, n - 1), context)
-        windows = [validation[s : s + context + 1] for s in starts]
-        for length in sorted({len(w) for w in windows}):  # the last window may be shorter
-            same = torch.stack([w for w in windows if len(w) == length])  # (B, length)
-            logits = model(same[:, :-1])  # (B, length - 1, V)
-            targets = same[:, 1:]  # (B, length - 1)
-            nats += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
-            count += targets.numel()
-    return nats / count / math.log(2)
+    if len(validation) < 2:
+        raise ValueError(f"validation must hold at least 2 bytes, got {len(validation)}")
+    context = model.config.context
+    windows = [validation[s : s + context + 1] for s in range(0, len(validation) - 1, context)]
+    *full, last = windows
+    batches = [torch.stack(full[i : i + 64]) for i in range(0, len(full), 64)] + [last[None]]
+    nats = sum(
+        F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten(), reduction="sum").item()
+        for x in batches  # (B, context + 1) bytes -> logits (B, context, V)
+    )
+    return nats / (len(validation) - 1) / math.log(2)
 
 
 # --8<-- [start:train]
@@ -148,10 +150,15 @@ def train_gpt(
     model = GPT(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: min((step + 1) / warmup, 0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))),
-    )
+
+    def rate(step: int) -> float:
+        """The learning rate at `step`, as a multiple of `lr`: the lower of the ramp and the cosine."""
+        cosine = (
+            0.1 + 0.9 * (1 + math.cos(math.pi * step / steps)) / 2
+        )  # 1 at step 0, 0.1 at the end
+        return min((step + 1) / warmup, cosine)
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     offsets = torch.arange(config.context + 1)  # (C + 1,)
     losses = []
     with _one_thread():

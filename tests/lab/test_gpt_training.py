@@ -106,6 +106,11 @@ def test_bits_per_byte_predicts_each_byte_from_its_window_once():
     assert lab.bits_per_byte(model, validation) == pytest.approx(expected, rel=1e-6)
 
 
+def test_bits_per_byte_needs_a_byte_to_predict():
+    with pytest.raises(ValueError, match="validation must hold at least 2 bytes, got 1"):
+        lab.bits_per_byte(GPT(TINY), lab.encode("a"))
+
+
 def test_a_model_that_knows_nothing_spends_eight_bits_per_byte():
     model = GPT(TINY)
     with torch.no_grad():
