@@ -1,11 +1,10 @@
 """`qkv.gpt` trained on the site's own articles, on a CPU, and the n-gram baselines it must beat.
 
 - The text: the Markdown of the site's articles as written, prose and code (a block that an article
-  includes from src/ is its one `--8<--` line). A copy ships in this package (`articles/`, the files of
-  docs/blog/posts as of commit 7a823b6), so that a reader's installed package trains on the same bytes as
-  the repository, and so that editing an article does not move the numbers that the articles quote.
-  Refresh it with `cp docs/blog/posts/*.md src/qkv_lab/articles/`: the text's hash is part of the cache
-  key, so the model then trains anew.
+  includes from src/ is its one `--8<--` line). `articles/` in this package is a link to docs/blog/posts,
+  which the wheel stores as files, so that a reader's installed package trains on the same bytes as the
+  repository. Editing an article changes the text, and the text's hash is part of the cache key: the
+  model trains anew, and what a page says of it is asserted, not copied, so it holds after the edit.
 - The tokens: the text's UTF-8 bytes, ids 0 to 255. No tokenizer to train or download, every character
   encodes (Greek letters, math, code), and the loss in bits per byte compares directly with the n-gram
   baselines and with any other model of the same text; the price is about one token per character.
