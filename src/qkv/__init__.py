@@ -19,6 +19,7 @@ from qkv.efficient import (
     sparse_mask,
 )
 from qkv.functional import attention_weights, scaled_dot_product_attention
+from qkv.gpt import GPT, GPTConfig, generate, next_token_probabilities
 from qkv.kernels import flash_attention
 from qkv.masks import (
     additive_to_keep,
@@ -33,7 +34,9 @@ from qkv.multihead import MultiHeadAttention
 from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 
 __all__ = [
+    "GPT",
     "AdditiveAttention",
+    "GPTConfig",
     "KVCache",
     "LuongAttention",
     "MultiHeadAttention",
@@ -51,6 +54,7 @@ __all__ = [
     "block_sparse_attention",
     "causal_mask",
     "flash_attention",
+    "generate",
     "keep_to_additive",
     "keep_to_key_padding",
     "key_padding_to_keep",
@@ -58,6 +62,7 @@ __all__ = [
     "linear_attention_weights",
     "linformer_attention",
     "linformer_projection",
+    "next_token_probabilities",
     "padding_mask",
     "ring_attention",
     "ring_schedule",

@@ -1,0 +1,674 @@
+"""qkv.gpt against torch written out by hand and against transformers' LlamaForCausalLM.
+
+Every option of `GPTConfig` is checked against `reference_logits`, the forward pass written here again with
+plain torch operations from the model's weights (RoPE as complex rotations, ALiBi from the paper's slopes,
+the causal mask as `j <= i`). The Llama-shaped configs are also checked against transformers, in float64.
+transformers computes RoPE's angles and RMSNorm in float32 whatever the dtype, so its float64 logits carry
+float32 round-off, which grows with the position (an angle of 47 radians is held to about 4e-6): measured at
+most 5.6e-6 here, on logits of size 2 to 6 at positions up to 47 (transformers 5.24, torch 2.13), they are
+held to `HF_TOLERANCE` = 2e-5. With those two steps done in float64 instead (a patch of this test,
+`float64_llama`), the logits agree to float64 round-off (1e-12): the whole difference is those two steps.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+
+import qkv
+from qkv.gpt import (
+    GPT,
+    GPTConfig,
+    from_transformers,
+    generate,
+    next_token_probabilities,
+    to_transformers,
+)
+
+# one worker imports transformers (seconds) for all the tests that need it, under `--dist loadgroup`
+needs_transformers = pytest.mark.xdist_group("transformers")
+HF_TOLERANCE = 2e-5  # transformers' float32 RoPE angles and RMSNorm (module docstring)
+EXACT = {"rtol": 1e-12, "atol": 1e-12}  # float64, the same formula computed in another order
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one thread, or a busy machine of two cores runs these tests ten times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(**options) -> GPTConfig:
+    """A config small enough for many tests: vocabulary 23, width 16, 2 layers, 4 heads, context 24."""
+    sizes = {"vocab_size": 23, "width": 16, "layers": 2, "heads": 4, "context": 24}
+    return GPTConfig(**{**sizes, **options})
+
+
+def random_model(config: GPTConfig, std: float = 0.3, seed: int = 0) -> GPT:
+    """A float64 GPT whose every parameter (norms too) is drawn from N(0, std^2) (or N(1, std^2) for norms)."""
+    torch.manual_seed(seed)
+    model = GPT(config).double()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            mean = 1.0 if "norm" in name and name.endswith("weight") else 0.0
+            parameter.normal_(mean, std)
+    return model.eval()
+
+
+def random_ids(config: GPTConfig, batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(
+        config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed)
+    )
+
+
+# --- the reference: the forward pass again, in plain torch ------------------------------------------------
+
+
+def reference_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """RMSNorm `x / sqrt(mean(x^2) + eps) * w` or LayerNorm `(x - mean) / sqrt(var + eps) * w + b`."""
+    if isinstance(module, torch.nn.RMSNorm):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + module.eps) * module.weight
+    centred = x - x.mean(-1, keepdim=True)
+    variance = centred.pow(2).mean(-1, keepdim=True)
+    return centred / torch.sqrt(variance + module.eps) * module.weight + module.bias
+
+
+def reference_rope(x: torch.Tensor, base: float) -> torch.Tensor:
+    """`(B, H, L, D)`: channel pairs (i, i + D/2) as complex numbers, times `exp(1j * position * base**(-2i/D))`."""
+    half = x.size(-1) // 2
+    pairs = torch.complex(x[..., :half], x[..., half:])  # (B, H, L, D/2)
+    frequencies = base ** (-2 * torch.arange(half, dtype=torch.float64) / x.size(-1))  # (D/2,)
+    angles = torch.arange(x.size(-2), dtype=torch.float64)[:, None] * frequencies  # (L, D/2)
+    turned = pairs * torch.polar(torch.ones_like(angles), angles)
+    return torch.cat([turned.real, turned.imag], dim=-1)
+
+
+def reference_logits(model: GPT, ids: torch.Tensor) -> torch.Tensor:
+    """The logits `(B, L, V)` of `model` on `ids`, from its weights alone (H a power of two for ALiBi)."""
+    config = model.config
+    heads, kv_heads, head_dim, length = config.heads, config.kv_heads, config.head_dim, ids.size(1)
+    x = model.embed.weight[ids]  # (B, L, E)
+    if config.positions == "learned":
+        x = x + model.position_embed.weight[:length]
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=torch.float64) / heads)  # (H,)
+    for block in model.blocks:
+        attn = block.attn
+        h = reference_norm(block.attn_norm, x)
+        q = (h @ attn.q_proj.weight.T).view(*ids.shape, heads, head_dim).transpose(1, 2)
+        k = (h @ attn.k_proj.weight.T).view(*ids.shape, kv_heads, head_dim).transpose(1, 2)
+        v = (h @ attn.v_proj.weight.T).view(*ids.shape, kv_heads, head_dim).transpose(1, 2)
+        if config.qk_norm:
+            q, k = reference_norm(attn.q_norm, q), reference_norm(attn.k_norm, k)
+        if config.positions == "rope":
+            q, k = reference_rope(q, config.rope_base), reference_rope(k, config.rope_base)
+        group = torch.arange(heads) // (heads // kv_heads)  # the key-value head of each query head
+        scores = q @ k[:, group].transpose(-1, -2) / math.sqrt(head_dim)  # (B, H, L, L)
+        if config.positions == "alibi":
+            scores = scores - slopes[:, None, None] * (i - j)
+        weights = torch.softmax(scores.masked_fill(j > i, -math.inf), dim=-1)
+        out = (weights @ v[:, group]).transpose(1, 2).reshape(*ids.shape, heads * head_dim)
+        x = x + out @ attn.out_proj.weight.T
+        h = reference_norm(block.mlp_norm, x)
+        mlp = block.mlp
+        if config.mlp == "swiglu":
+            gate = h @ mlp.gate_proj.weight.T
+            hidden = gate * torch.sigmoid(gate) * (h @ mlp.up_proj.weight.T)
+        else:
+            up = h @ mlp.up_proj.weight.T
+            hidden = 0.5 * up * (1 + torch.erf(up / math.sqrt(2)))
+        x = x + hidden @ mlp.down_proj.weight.T
+    return reference_norm(model.norm, x) @ model.lm_head.weight.T
+
+
+OPTIONS = [
+    {"norm": norm, "mlp": mlp, "positions": positions, "qk_norm": qk_norm}
+    for norm in ("rms", "layer")
+    for mlp in ("swiglu", "gelu")
+    for positions in ("rope", "learned", "alibi", None)
+    for qk_norm in (False, True)
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
+def test_logits_equal_the_reference_for_every_option(options):
+    config = tiny(**options, kv_heads=2)
+    model = random_model(config)
+    ids = random_ids(config, 2, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), reference_logits(model, ids), **EXACT)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+@pytest.mark.parametrize("length", [1, 2, 24])
+def test_logits_equal_the_reference_for_any_kv_heads_and_length(kv_heads, length):
+    config = tiny(kv_heads=kv_heads, tie_embeddings=False, rope_base=100.0)
+    model = random_model(config)
+    ids = random_ids(config, 3, length)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), reference_logits(model, ids), **EXACT)
+
+
+def test_reference_rope_turns_pairs_as_the_half_split_layout_does():
+    """The reference itself, on one pair: (x_0, x_2) at position 1 turns by 1 radian, (x_1, x_3) by 1/100."""
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64).expand(2, 4)[
+        None, None
+    ]  # (1, 1, 2, 4)
+    turned = reference_rope(x, base=10000.0)[0, 0, 1]
+    c0, s0, c1, s1 = math.cos(1), math.sin(1), math.cos(0.01), math.sin(0.01)
+    expected = [1 * c0 - 3 * s0, 2 * c1 - 4 * s1, 1 * s0 + 3 * c0, 2 * s1 + 4 * c1]
+    torch.testing.assert_close(turned, torch.tensor(expected, dtype=torch.float64))
+
+
+# --- shapes, causality, the cache ----------------------------------------------------------------------------
+
+
+def test_config_fills_in_kv_heads_and_mlp_width():
+    assert tiny().kv_heads == 4
+    assert tiny(mlp="swiglu").mlp_width == 42  # 8 * 16 // 3: the parameters of a 4x GELU MLP
+    assert tiny(mlp="gelu").mlp_width == 64
+    assert tiny(mlp_width=7, kv_heads=1).mlp_width == 7
+    assert tiny().head_dim == 4
+
+
+def test_parameter_count_is_the_sum_of_the_parts():
+    config = tiny(kv_heads=2, tie_embeddings=False)  # E 16, V 23, H 4 of 4, 2 KV heads, SwiGLU 42
+    attention = 16 * 16 + 2 * (16 * 8) + 16 * 16  # q, k and v of 2 heads of 4, out
+    block = attention + 3 * 16 * 42 + 2 * 16  # the MLP's three matrices, two RMSNorm weights
+    expected = 23 * 16 + 2 * block + 16 + 16 * 23  # embedding, blocks, final norm, untied output
+    assert sum(p.numel() for p in GPT(config).parameters()) == expected
+    tied = sum(p.numel() for p in GPT(tiny(kv_heads=2)).parameters())
+    assert tied == expected - 16 * 23
+
+
+@pytest.mark.parametrize("positions", ["rope", "learned", "alibi", None])
+def test_no_logit_depends_on_a_later_token(positions):
+    config = tiny(positions=positions)
+    model = random_model(config)
+    ids = random_ids(config, 1, 10)
+    changed = ids.clone()
+    changed[0, 6] = (changed[0, 6] + 1) % config.vocab_size
+    with torch.no_grad():
+        before, after = model(ids), model(changed)
+    torch.testing.assert_close(before[:, :6], after[:, :6], **EXACT)
+    assert not torch.allclose(before[:, 6:], after[:, 6:])
+
+
+@pytest.mark.parametrize("options", OPTIONS[::3], ids=lambda o: "-".join(map(str, o.values())))
+def test_cached_decoding_gives_the_logits_of_one_pass(options):
+    config = tiny(**options, kv_heads=2)
+    model = random_model(config)
+    ids = random_ids(config, 2, 12)
+    cache = model.new_cache()
+    with torch.no_grad():
+        whole = model(ids)
+        pieces = [model(ids[:, :5], cache), model(ids[:, 5:8], cache)]  # prefill, then a chunk
+        pieces += [model(ids[:, t : t + 1], cache) for t in range(8, 12)]  # then one at a time
+    torch.testing.assert_close(torch.cat(pieces, dim=1), whole, **EXACT)
+    assert [len(c) for c in cache] == [12, 12]
+
+
+def test_the_model_runs_in_float32_and_keeps_its_dtype():
+    model = GPT(tiny())
+    logits = model(random_ids(model.config, 2, 5))
+    assert logits.shape == (2, 5, 23)
+    assert logits.dtype == torch.float32
+
+
+def test_initial_weights_are_small_and_the_embeddings_tied():
+    model = GPT(tiny())
+    assert model.lm_head.weight is model.embed.weight
+    assert 0.015 < model.blocks[0].attn.q_proj.weight.std().item() < 0.025
+    untied = GPT(tiny(tie_embeddings=False))
+    assert untied.lm_head.weight is not untied.embed.weight
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"norm": "batch"}, ValueError, r"norm must be one of \('rms', 'layer'\), got 'batch'"),
+        ({"mlp": "relu"}, ValueError, "mlp must be one of"),
+        ({"positions": "none"}, ValueError, "positions must be one of"),
+        ({"positions": "sinusoidal"}, ValueError, "positions must be one of"),
+        ({"heads": 3}, ValueError, r"heads \(3\) must divide width \(16\)"),
+        ({"kv_heads": 3}, ValueError, r"kv_heads \(3\) must divide heads \(4\)"),
+        ({"width": 12, "heads": 4}, ValueError, "head size width // heads = 3 must be even"),
+        ({"width": 0}, ValueError, "width must be positive"),
+        ({"context": 2.5}, TypeError, "context must be an int"),
+        ({"rope_base": 1.0}, ValueError, "rope_base must be a finite number above 1"),
+        ({"rope_base": "10000"}, TypeError, "rope_base must be a number"),
+        ({"norm_eps": 0.0}, ValueError, "norm_eps"),
+        ({"qk_norm": 1}, TypeError, "qk_norm must be a bool"),
+        ({"tie_embeddings": "yes"}, TypeError, "tie_embeddings must be a bool"),
+    ],
+)
+def test_config_rejects_bad_options_by_name(options, error, match):
+    with pytest.raises(error, match=match):
+        tiny(**options)
+
+
+def test_an_odd_head_size_is_fine_without_rope():
+    assert tiny(width=12, heads=4, positions="learned").head_dim == 3
+
+
+def test_gpt_takes_only_a_config():
+    with pytest.raises(TypeError, match=r"config must be a qkv\.gpt\.GPTConfig, got dict"):
+        GPT({"width": 16})
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "match"),
+    [
+        (
+            [[1, 2, 23]],
+            ValueError,
+            r"ids must lie in \[0, vocab_size\) = \[0, 23\), got ids from 1 to 23",
+        ),
+        ([[-1, 2]], ValueError, "got ids from -1 to 2"),
+        ([1, 2, 3], ValueError, r"ids must be \(B, L\) with B, L >= 1, got shape \(3,\)"),
+        (torch.zeros(1, 0, dtype=torch.long), ValueError, r"got shape \(1, 0\)"),
+        ([[1.0, 2.0]], TypeError, "ids must be an integer tensor, got dtype torch.float32"),
+        ([[True]], TypeError, "integer tensor, got dtype torch.bool"),
+        (
+            [[0] * 25],
+            ValueError,
+            r"25 ids after 0 cached tokens make 25 positions, more than the model's context \(24\)",
+        ),
+    ],
+)
+def test_forward_rejects_bad_ids_by_name(ids, error, match):
+    model = GPT(tiny())
+    with pytest.raises(error, match=match):
+        model(torch.as_tensor(ids))
+
+
+def test_forward_rejects_ids_that_are_not_a_tensor():
+    with pytest.raises(TypeError, match=r"ids must be a torch\.Tensor, got list"):
+        GPT(tiny())([[1, 2]])
+
+
+def test_forward_rejects_a_cache_that_does_not_fit():
+    model = GPT(tiny())
+    ids = torch.zeros(2, 20, dtype=torch.long)
+    cache = model.new_cache()
+    model(ids, cache)
+    with pytest.raises(ValueError, match=r"5 ids after 20 cached tokens make 25 positions"):
+        model(torch.zeros(2, 5, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="cache holds a batch of 2, but ids have 3 rows"):
+        model(torch.zeros(3, 1, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=r"one KVCache per block \(2\), got 1"):
+        model(ids[:, :1], cache[:1])
+    with pytest.raises(TypeError, match=r"cache must be a list of qkv\.KVCache"):
+        model(ids[:, :1], [None, None])
+    cache[0].update(*(torch.zeros(2, 4, 1, 4),) * 2)
+    with pytest.raises(ValueError, match="disagree on how many tokens they hold"):
+        model(ids[:, :1], cache)
+
+
+# --- sampling: each filter against a distribution computed by hand ------------------------------------------
+
+PROBS = [
+    Fraction(50, 100),
+    Fraction(20, 100),
+    Fraction(15, 100),
+    Fraction(10, 100),
+    Fraction(5, 100),
+]
+
+
+def normalised(weights: list[Fraction]) -> torch.Tensor:
+    """Exact fractions, normalised, as float64."""
+    total = sum(weights)
+    return torch.tensor([float(w / total) for w in weights], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, PROBS),
+        ({"temperature": 0.5}, [p * p for p in PROBS]),  # p^(1/T), renormalised
+        ({"temperature": 2.0}, [Fraction(math.sqrt(p)) for p in PROBS]),
+        ({"top_k": 2}, [*PROBS[:2], 0, 0, 0]),
+        ({"top_k": 5}, PROBS),
+        ({"top_k": 99}, PROBS),
+        ({"top_p": 0.45}, [1, 0, 0, 0, 0]),  # the first token alone crosses 0.45
+        ({"top_p": 0.6}, [*PROBS[:2], 0, 0, 0]),  # 0.5 < 0.6: the second is needed to cross it
+        ({"top_p": 0.75}, [*PROBS[:3], 0, 0]),
+        ({"top_p": 1.0}, PROBS),
+        ({"min_p": 0.35}, [*PROBS[:2], 0, 0, 0]),  # at least 0.175
+        ({"min_p": 0.25}, [*PROBS[:3], 0, 0]),  # at least 0.125
+        ({"min_p": 0.0}, PROBS),
+        ({"min_p": 1.0}, [1, 0, 0, 0, 0]),
+        # in order: top-k leaves 0.5, 0.2, 0.15 (/0.85); top-p 0.8 then keeps 0.5/0.85 + 0.2/0.85 = 0.82
+        ({"top_k": 3, "top_p": 0.8}, [*PROBS[:2], 0, 0, 0]),
+        # top-p 0.9 keeps four (0.85 < 0.9); min-p 0.25 then needs 0.125/0.95 and drops 0.1/0.95
+        ({"top_p": 0.9, "min_p": 0.25}, [*PROBS[:3], 0, 0]),
+    ],
+)
+def test_next_token_probabilities_equal_the_hand_computed_ones(options, expected):
+    logits = torch.tensor([float(p) for p in PROBS], dtype=torch.float64).log() + 3.0  # any shift
+    probs = next_token_probabilities(logits, **options)
+    torch.testing.assert_close(probs, normalised([Fraction(e) for e in expected]), **EXACT)
+
+
+def test_top_k_keeps_ties_and_rows_are_independent():
+    logits = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 1.0]])
+    probs = next_token_probabilities(logits, top_k=1)
+    torch.testing.assert_close(probs, torch.tensor([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]]))
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"temperature": 0.0}, ValueError, "temperature must be above 0, got 0.0"),
+        ({"temperature": -1.0}, ValueError, "temperature must be above 0"),
+        ({"temperature": math.nan}, ValueError, "temperature must be a finite number"),
+        ({"top_k": 0}, ValueError, "top_k must be positive"),
+        ({"top_k": 2.0}, TypeError, "top_k must be an int"),
+        ({"top_p": 0.0}, ValueError, "top_p must be a finite number above 0"),
+        ({"top_p": 1.5}, ValueError, r"top_p must lie in \(0, 1\], got 1.5"),
+        ({"min_p": -0.1}, ValueError, r"min_p must lie in \[0, 1\], got -0.1"),
+        ({"min_p": "0.1"}, TypeError, "min_p must be a number"),
+    ],
+)
+def test_next_token_probabilities_rejects_bad_options_by_name(options, error, match):
+    with pytest.raises(error, match=match):
+        next_token_probabilities(torch.zeros(5), **options)
+
+
+# --- generation ------------------------------------------------------------------------------------------
+
+
+def test_greedy_generation_takes_the_argmax_of_one_full_pass_at_each_step():
+    config = tiny(kv_heads=2)
+    model = random_model(config)
+    ids = random_ids(config, 2, 3)
+    out = generate(model, ids, 8, temperature=0)
+    assert out.shape == (2, 11)
+    assert torch.equal(out[:, :3], ids)
+    with torch.no_grad():
+        for t in range(3, 11):  # no cache: the whole sequence again at every step
+            assert torch.equal(out[:, t], model(out[:, :t])[:, -1].argmax(-1))
+
+
+def test_sampling_is_seeded_and_leaves_the_global_generator_alone():
+    config = tiny()
+    model = random_model(config, std=0.1)  # flat enough that different seeds draw differently
+    ids = random_ids(config, 2, 2)
+    state = torch.random.get_rng_state()
+    first = generate(model, ids, 15, seed=3)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(generate(model, ids, 15, seed=3), first)
+    assert not torch.equal(generate(model, ids, 15, seed=4), first)
+
+
+def test_sampled_tokens_follow_the_filtered_distribution():
+    config = tiny()
+    model = random_model(config, std=0.2)
+    prompt = random_ids(config, 1, 3)
+    draws = 20000
+    options = {"temperature": 0.7, "top_k": 6}
+    tokens = generate(model, prompt.expand(draws, 3), 1, seed=0, **options)[:, -1]
+    with torch.no_grad():
+        probs = next_token_probabilities(model(prompt)[0, -1], **options)  # (V,)
+    frequencies = torch.bincount(tokens, minlength=config.vocab_size).double() / draws
+    assert set(tokens.unique().tolist()) <= set(probs.nonzero().flatten().tolist())
+    sigma = (probs * (1 - probs) / draws).sqrt()
+    assert ((frequencies - probs).abs() <= 5 * sigma + 1e-12).all()
+
+
+def test_generation_of_nothing_returns_the_prompt():
+    model = GPT(tiny())
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(generate(model, ids, 0), ids)
+
+
+def test_generation_fills_the_context_and_no_more():
+    model = GPT(tiny())
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert generate(model, ids, 20, temperature=0).shape == (1, 24)
+    with pytest.raises(
+        ValueError,
+        match=r"max_new_tokens \(21\) is more than the context \(24\) leaves after a prompt of 4 tokens \(20\)",
+    ):
+        generate(model, ids, 21)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "match"),
+    [
+        ({"max_new_tokens": -1}, ValueError, "max_new_tokens must be non-negative"),
+        ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens must be an int"),
+        ({"temperature": -0.5}, ValueError, r"temperature must be 0 \(greedy\) or above"),
+        ({"top_p": 2}, ValueError, "top_p must lie in"),
+        ({"seed": None}, TypeError, "seed must be an int"),
+        ({"ids": torch.tensor([[99]])}, ValueError, "ids must lie in"),
+        ({"model": torch.nn.Linear(2, 2)}, TypeError, "model must be a qkv.gpt.GPT, got Linear"),
+    ],
+)
+def test_generate_rejects_bad_arguments_by_name(arguments, error, match):
+    call = {"model": GPT(tiny()), "ids": torch.tensor([[1, 2]]), "max_new_tokens": 3, **arguments}
+    with pytest.raises(error, match=match):
+        generate(**call)
+
+
+# --- transformers ----------------------------------------------------------------------------------------
+
+LLAMA_CONFIGS = [
+    {"kv_heads": 4, "tie_embeddings": True, "rope_base": 10000.0},
+    {"kv_heads": 2, "tie_embeddings": False, "rope_base": 10000.0},
+    {"kv_heads": 1, "tie_embeddings": True, "rope_base": 500.0},
+    {"kv_heads": 1, "tie_embeddings": False, "rope_base": 1e6},
+    {"kv_heads": 2, "layers": 1, "heads": 2, "rope_base": 2.0},
+    {"kv_heads": 3, "width": 24, "heads": 6, "layers": 3, "mlp_width": 37, "norm_eps": 1e-6},
+]
+
+
+def llama_config(**options) -> GPTConfig:
+    return GPTConfig(**{"vocab_size": 31, "width": 16, "heads": 4, "context": 48, **options})
+
+
+@needs_transformers
+@pytest.mark.parametrize("options", LLAMA_CONFIGS, ids=str)
+@pytest.mark.parametrize("length", [1, 48])
+def test_logits_equal_llama_for_causal_lm(options, length):
+    model = random_model(llama_config(**options))
+    hf_model = to_transformers(model)
+    ids = random_ids(model.config, 2, length)
+    with torch.no_grad():
+        ours, theirs = model(ids), hf_model(ids).logits
+    assert theirs.dtype == torch.float64
+    assert (ours - theirs).abs().max().item() <= HF_TOLERANCE
+
+
+@pytest.fixture
+def float64_llama(monkeypatch):
+    """transformers' Llama with its two float32 steps, RMSNorm and RoPE's angles, done in the input's dtype."""
+    from transformers.models.llama import modeling_llama
+
+    def rms_norm(self, x):
+        return self.weight * (
+            x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        )
+
+    def rotary(self, x, position_ids):
+        dim, base = self.config.head_dim, self.config.rope_parameters["rope_theta"]
+        frequencies = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (D/2,)
+        angles = position_ids[..., None].double() * frequencies  # (B, L, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (B, L, D): the half-split layout
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", rms_norm)
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", rotary)
+
+
+@needs_transformers
+@pytest.mark.parametrize("options", LLAMA_CONFIGS[::2], ids=str)
+def test_logits_equal_llama_to_float64_round_off_once_its_float32_steps_are_float64(
+    options, float64_llama
+):
+    model = random_model(llama_config(**options))
+    hf_model = to_transformers(model)
+    ids = random_ids(model.config, 2, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf_model(ids).logits, **EXACT)
+
+
+@needs_transformers
+@pytest.mark.parametrize("options", LLAMA_CONFIGS, ids=str)
+def test_conversion_round_trips_config_and_weights(options):
+    model = random_model(llama_config(**options))
+    back = from_transformers(to_transformers(model))
+    assert back.config == model.config
+    assert back.embed.weight.dtype == torch.float64
+    ours, theirs = model.state_dict(), back.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+    assert (back.lm_head.weight is back.embed.weight) == model.config.tie_embeddings
+
+
+@needs_transformers
+def test_a_model_made_by_transformers_converts_and_agrees():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=50,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=30,
+        rope_parameters={"rope_type": "default", "rope_theta": 300.0},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    )
+    hf_model = LlamaForCausalLM(config).double().eval()
+    with torch.no_grad():  # away from the initial N(0, 0.02): logits of size 1, not 0.01
+        for parameter in hf_model.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    model = from_transformers(hf_model)
+    assert model.config == GPTConfig(
+        vocab_size=40, width=32, layers=2, heads=8, kv_heads=2, mlp_width=50, rope_base=300.0,
+        tie_embeddings=False, context=30, norm_eps=1e-6,
+    )  # fmt: skip
+    ids = random_ids(model.config, 2, 30)
+    with torch.no_grad():
+        assert (model(ids) - hf_model(ids).logits).abs().max().item() <= HF_TOLERANCE
+    again = to_transformers(model).state_dict()
+    assert all(torch.equal(again[name], value) for name, value in hf_model.state_dict().items())
+
+
+@needs_transformers
+@pytest.mark.parametrize("options", LLAMA_CONFIGS[:4], ids=str)
+def test_greedy_generation_equals_transformers_generate(options):
+    model = random_model(llama_config(**options), std=0.5)
+    hf_model = to_transformers(model)
+    ids = random_ids(model.config, 3, 4)
+    ours = generate(model, ids, 30, temperature=0)
+    theirs = hf_model.generate(ids, max_new_tokens=30, do_sample=False)
+    assert torch.equal(ours, theirs)
+
+
+@needs_transformers
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"norm": "layer"}, "norm='layer'"),
+        ({"mlp": "gelu"}, "mlp='gelu'"),
+        ({"positions": "learned"}, "positions='learned'"),
+        ({"positions": "alibi"}, "positions='alibi'"),
+        ({"positions": None}, "positions=None"),
+        ({"qk_norm": True}, "qk_norm=True"),
+    ],
+)
+def test_to_transformers_rejects_what_llama_lacks_by_name(options, option):
+    with pytest.raises(ValueError, match=f"LlamaForCausalLM has no counterpart for {option}"):
+        to_transformers(GPT(llama_config(**options)))
+
+
+@needs_transformers
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"attention_bias": True}, "attention_bias=True"),
+        ({"mlp_bias": True}, "mlp_bias=True"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        ({"head_dim": 8}, "head_dim=8"),
+        (
+            {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}},
+            r"rope_parameters\['rope_type'\]='linear'",
+        ),
+    ],
+)
+def test_from_transformers_rejects_what_gpt_lacks_by_name(options, option):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=10, hidden_size=16, intermediate_size=8, num_hidden_layers=1,
+        num_attention_heads=4, **options,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=f"GPT has no counterpart for {option}"):
+        from_transformers(LlamaForCausalLM(config))
+
+
+@needs_transformers
+def test_conversions_reject_the_wrong_model_type():
+    with pytest.raises(TypeError, match=r"model must be a qkv\.gpt\.GPT"):
+        to_transformers(torch.nn.Linear(2, 2))
+    with pytest.raises(
+        TypeError, match=r"hf_model must be a transformers\.LlamaForCausalLM, got GPT"
+    ):
+        from_transformers(GPT(llama_config()))
+
+
+def test_conversion_without_transformers_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` now fails
+    with pytest.raises(ImportError, match=r"pip install 'qkv\[hf\]'"):
+        to_transformers(GPT(llama_config()))
+
+
+def imported_at_import_time(node: ast.AST) -> set[str]:
+    """The top-level packages imported when the module runs: not inside functions, not for type checkers."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        return set()
+    if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+        return set()
+    if isinstance(node, ast.Import):
+        return {alias.name.partition(".")[0] for alias in node.names}
+    if isinstance(node, ast.ImportFrom):
+        return {node.module.partition(".")[0]} if node.level == 0 else set()
+    return set().union(*map(imported_at_import_time, ast.iter_child_nodes(node)))
+
+
+def test_importing_qkv_imports_no_transformers():
+    modules = sorted(Path(qkv.__file__).parent.rglob("*.py"))
+    assert "transformers" in imported_at_import_time(ast.parse("import transformers.models"))
+    assert "transformers" not in imported_at_import_time(
+        ast.parse("def f():\n    import transformers")
+    )
+    offenders = [
+        path.name
+        for path in modules
+        if "transformers" in imported_at_import_time(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert offenders == []
+
+
+def test_the_package_exports_the_gpt():
+    assert qkv.GPT is GPT
+    assert qkv.GPTConfig is GPTConfig
+    assert qkv.generate is generate
+    assert qkv.next_token_probabilities is next_token_probabilities
