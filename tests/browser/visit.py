@@ -1,9 +1,9 @@
 """Load one page of the built site in Chromium and record what a reader's browser sees and fetches.
 
 `visit()` opens the page in a fresh browser context (a cold cache, so the bytes counted are those of a first
-visit), waits for the network to settle, brings each code block on screen once, reads the facts the tests check
-from the DOM, runs an axe-core scan (and a colour-contrast scan in the dark scheme; code tokens by sample: see
-`scan`), then narrows the viewport to a phone's width and measures horizontal overflow.
+visit), waits for the network to settle, opens every fold and brings each code block on screen once, reads the
+facts the tests check from the DOM, runs an axe-core scan (and a colour-contrast scan in the dark scheme; code
+tokens by sample: see `scan`), then narrows the viewport to a phone's width and measures horizontal overflow.
 """
 
 from __future__ import annotations
@@ -94,9 +94,11 @@ MATH_DONE = f"""() => {{
 }}"""
 
 # Material sets up a code block (its copy button) when the block first comes on screen (mkdocs.yml:
-# content.lazy), so a reader's scroll through the page is replayed: each block not yet set up is brought on
-# screen for two frames (the blocks on screen with it are set up at the same time).
+# content.lazy), so a reader's scroll through the page is replayed, every fold opened (an exercise's answer
+# or solution): each block not yet set up is brought on screen for two frames (the blocks on screen with it
+# are set up at the same time).
 SHOW_EVERY_CODE_BLOCK = """async () => {
+  for (const fold of document.querySelectorAll(".md-content details:not([open])")) fold.open = true;
   for (const pre of document.querySelectorAll(".md-content pre")) {
     if (pre.querySelector("button.md-code__button")) continue;
     pre.scrollIntoView();
