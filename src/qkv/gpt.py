@@ -505,6 +505,18 @@ LLAMA_NAMES = {
 }
 # What Llama's shape needs, as `GPTConfig` says it.
 LLAMA_SHAPE = {"norm": "rms", "mlp": "swiglu", "positions": "rope", "qk_norm": False}
+# `GPTConfig`'s fields by `LlamaConfig`'s names (RoPE's base is in `rope_parameters`).
+LLAMA_CONFIG = {
+    "vocab_size": "vocab_size",
+    "width": "hidden_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "mlp_width": "intermediate_size",
+    "context": "max_position_embeddings",
+    "norm_eps": "rms_norm_eps",
+    "tie_embeddings": "tie_word_embeddings",
+}
 
 
 def to_transformers(model: GPT) -> LlamaForCausalLM:
@@ -529,18 +541,10 @@ def to_transformers(model: GPT) -> LlamaForCausalLM:
             )
     llama_config, llama = _llama_classes()
     hf_config = llama_config(
-        vocab_size=config.vocab_size,
-        hidden_size=config.width,
-        intermediate_size=config.mlp_width,
-        num_hidden_layers=config.layers,
-        num_attention_heads=config.heads,
-        num_key_value_heads=config.kv_heads,
+        **{theirs: getattr(config, ours) for ours, theirs in LLAMA_CONFIG.items()},
         head_dim=config.head_dim,
         hidden_act="silu",
-        max_position_embeddings=config.context,
-        rms_norm_eps=config.norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_base},
-        tie_word_embeddings=config.tie_embeddings,
         attention_bias=False,
         mlp_bias=False,
         bos_token_id=None,
@@ -583,16 +587,8 @@ def from_transformers(hf_model: LlamaForCausalLM) -> GPT:
                 f"{option}={needed!r}"
             )
     config = GPTConfig(
-        vocab_size=hf.vocab_size,
-        width=hf.hidden_size,
-        layers=hf.num_hidden_layers,
-        heads=hf.num_attention_heads,
-        kv_heads=hf.num_key_value_heads,
-        mlp_width=hf.intermediate_size,
+        **{ours: getattr(hf, theirs) for ours, theirs in LLAMA_CONFIG.items()},
         rope_base=float(rope["rope_theta"]),
-        tie_embeddings=hf.tie_word_embeddings,
-        context=hf.max_position_embeddings,
-        norm_eps=hf.rms_norm_eps,
         **LLAMA_SHAPE,
     )
     weight = hf_model.get_input_embeddings().weight
