@@ -64,11 +64,10 @@ def scan(page: Page, options: dict | None = None) -> list[str]:
     The samples are scanned with the colour rules only: the other rules look at the page's structure, which
     the token spans of a highlighted block do not change.
     """
+    options = options or {"resultTypes": ["violations"]}
     if page.evaluate(MARK_CODE_SAMPLES) == 0:
-        return _serious(AXE.run(page, options=options or {"resultTypes": ["violations"]}))
-    found = _serious(
-        AXE.run(page, context=WITHOUT_CODE, options=options or {"resultTypes": ["violations"]})
-    )
+        return _serious(AXE.run(page, options=options))
+    found = _serious(AXE.run(page, context=WITHOUT_CODE, options=options))
     return found + _serious(AXE.run(page, context=CODE_SAMPLES, options=COLOURS))
 
 
