@@ -19,7 +19,8 @@
 #   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
 #           64k, key padding, causal 128k (SUITES, e.g. SUITES="window long"); D = 128, bfloat16
 #
-# square and masks also add their qkv-flash and torch times to OUT/measured.json, the table that
+# PATHS names the paths both benchmark stages time (default: every path; "torch qkv-flash" is what the
+# table below needs). square and masks also add their qkv-flash and torch times to OUT/measured.json, the table that
 # qkv.attention's "auto" reads: commit it as src/qkv/kernels/measured.json, and the bench JSON under docs/.
 # Every case is checked against the float32 reference before it is timed (status "wrong" if it fails).
 set -euo pipefail
@@ -35,7 +36,7 @@ limit=${STAGE_SECONDS:-540}  # under the 10 minutes a command may run, with time
 # SIGINT lets the benchmark save what it measured; a kernel launch or an autotuner can hold it off
 # (the first H100 run saw a stage outlive its limit by minutes), so KILL follows 20 s later.
 stop=(timeout --kill-after=20)
-paths=(torch torch-flash torch-efficient torch-cudnn qkv-flash)
+read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn qkv-flash}"
 
 for stage in "${stages[@]}"; do
   echo "== $stage ($(date -u +%FT%TZ))"
@@ -63,8 +64,8 @@ PY
     tests)
       # the sm_90 compile test is for machines without a GPU: here every kernel compiles for real
       QKV_FLASH_AUTOTUNE=0 "${stop[@]}" "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
-        -k "not test_kernels_compile_for_a_gpu" tests/test_flash.py tests/test_dispatch.py \
-        tests/test_tiles.py 2>&1 | tee "$out/tests.txt" || true
+        -k "not test_kernels_compile_for_a_gpu" tests/library/test_flash.py \
+        tests/library/test_dispatch.py tests/library/test_tiles.py 2>&1 | tee "$out/tests.txt" || true
       if [ -n "${WHEELS:-}" ]; then
         "$python" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl || true
       fi
