@@ -62,12 +62,6 @@ def refusal(
         mask: the parsed masks; None for none.
         dropout_p: the probability of dropping an attention weight.
     """
-    if mask is not None and mask.dense is not None:
-        return Refusal(
-            ValueError,
-            "the kernels take no attn_mask (masks: is_causal, window, key_lengths; "
-            "MultiHeadAttention passes a key_padding_mask that hides a suffix of each row as key_lengths)",
-        )
     if dropout_p > 0.0:
         return Refusal(ValueError, f"the kernels have no dropout, got dropout_p={dropout_p}")
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -118,6 +112,40 @@ def refusal(
             TypeError,
             "q has dtype torch.bfloat16, which Triton's interpreter cannot multiply (it reads "
             "bfloat16 tl.dot operands as 16-bit integers); use float16, or run on a GPU",
+        )
+    return None if mask is None else mask_refusal(q, k, v, mask)
+
+
+# The head size at which the backward kernel's dK with key lengths failed its CUDA tests (H100 on
+# 2026-11-25 and H200 on 2026-11-26, Triton 3.6: dK off by up to about 1 at L = 19, S = 7 and S = 33,
+# while dQ, dV and the output were right, and D = 16, 32 and 64 passed). Until that is understood,
+# such a call that needs gradients is refused on a GPU; the interpreter computes it right.
+WRONG_DK_WITH_KEY_LENGTHS = 128
+
+
+def mask_refusal(q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Refusal | None:
+    """Why the kernels cannot take `mask` for tensors that `refusal` accepts, or None.
+
+    Reads whether gradients will be asked for (grad mode and `requires_grad`), as the call is made.
+    """
+    if mask.dense is not None:
+        return Refusal(
+            ValueError,
+            "the kernels take no attn_mask (masks: is_causal, window, key_lengths; "
+            "MultiHeadAttention passes a key_padding_mask that hides a suffix of each row as key_lengths)",
+        )
+    wants_gradients = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    if (
+        mask.key_lengths is not None
+        and wants_gradients
+        and q.size(3) == WRONG_DK_WITH_KEY_LENGTHS
+        and not interpreted()
+    ):
+        return Refusal(
+            ValueError,
+            f"with key_lengths and head size D = {WRONG_DK_WITH_KEY_LENGTHS} (q {shape(q)}), the "
+            "kernels' gradient dK is wrong on a GPU (a known defect, found by their CUDA tests): "
+            "compute without gradients (torch.no_grad()), or with backend='torch'",
         )
     return None
 

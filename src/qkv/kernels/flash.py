@@ -558,4 +558,7 @@ def flash_attention(
     contract.check_kernel_inputs(q, k, v, scale)
     scores = (*q.shape[:3], k.size(2))  # (B, H, L, S)
     mask = parse_mask(q, k, scores, None, causal, window, key_lengths, causal_name="causal")
+    refused = contract.mask_refusal(q, k, v, mask)
+    if refused is not None:
+        raise refused.error(refused.reason)
     return attend(q, k, v, mask, scale)
