@@ -57,7 +57,7 @@ def stable_softmax(scores):
 
 
 def causal_mask(L, S, alignment):
-    offset = S - L if alignment == "bottom-right" else 0
+    offset = S - L if alignment == "bottom_right" else 0
     i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
     return j <= i + offset
 
@@ -172,7 +172,7 @@ def exp_over_sum(scores, dim=-1):
 
 
 def offset(L, S, alignment):
-    return S - L if alignment == "bottom-right" else 0
+    return S - L if alignment == "bottom_right" else 0
 
 
 def keys_kept(lengths, S):
@@ -252,7 +252,7 @@ WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
     ("masking/causal-mask", lambda L, S, a: torch.ones(L, S).tril(S - L) == 1, "bottom-right mask"),
     (
         "masking/causal-mask",
-        lambda L, S, a: torch.ones(L, S).tril(L - S if a == "bottom-right" else 0) > 0,
+        lambda L, S, a: torch.ones(L, S).tril(L - S if a == "bottom_right" else 0) > 0,
         "not by L - S",
     ),
     (
@@ -651,7 +651,7 @@ def test_a_known_exception_gets_a_hint(name, wrong, phrase, capsys):
 
 
 def test_a_function_of_the_wrong_arguments_is_told_the_call(capsys):
-    result = run("masking/causal-mask", lambda L, S: causal_mask(L, S, "top-left"), capsys)
+    result = run("masking/causal-mask", lambda L, S: causal_mask(L, S, "top_left"), capsys)
     assert "your function raised TypeError" in result.message
     assert (
         result.hint == "check calls fn(L, S, alignment): does your function take these arguments?"
@@ -682,7 +682,7 @@ def test_every_starter_runs_and_says_not_attempted(name, capsys):
 
 def test_none_on_a_later_case_is_a_missing_return(capsys):
     def causal(L, S, alignment):
-        if alignment == "top-left":
+        if alignment == "top_left":
             return causal_mask(L, S, alignment)
 
     result = run("masking/causal-mask", causal, capsys)
@@ -712,10 +712,10 @@ def test_a_tuple_of_the_wrong_length_names_the_outputs(capsys):
 
 
 def test_a_wrong_mask_is_drawn_as_two_grids(capsys):
-    result = run("masking/causal-mask", lambda L, S, a: causal_mask(L, S, "top-left"), capsys)
+    result = run("masking/causal-mask", lambda L, S, a: causal_mask(L, S, "top_left"), capsys)
     assert result.message == (
         "masking/causal-mask: failed case 6 of 14\n"
-        "case (L < S): L=3, S=5, alignment='bottom-right'\n"
+        "case (L < S): L=3, S=5, alignment='bottom_right'\n"
         "wrong values: 6 of 15 entries differ, the first at [0, 1]\n"
         "  expected    got\n"
         "  1 1 1 0 0   1 0 0 0 0\n"

@@ -136,13 +136,13 @@ def causal_cases(gen: torch.Generator) -> list[Case]:
     return [
         Case(label, {"L": L, "S": S, "alignment": alignment})
         for label, L, S in shapes
-        for alignment in ("top-left", "bottom-right")
+        for alignment in ("top_left", "bottom_right")
     ]
 
 
 def causal(L: int, S: int, alignment: str) -> Tensor:
-    """The package's mask; the exercise spells the alignments with a hyphen."""
-    return causal_mask(L, S, alignment=alignment.replace("-", "_"))
+    """The package's mask, with its spelling of the alignments."""
+    return causal_mask(L, S, alignment=alignment)
 
 
 def lower_triangle(L: int, S: int, offset: int) -> Tensor:
@@ -160,31 +160,31 @@ CAUSAL_MASK = Exercise(
         Mistake(
             "that is the top-left mask: bottom-right moves the diagonal S - L keys to the right, "
             "so that the last query sees every key",
-            lambda L, S, alignment: causal(L, S, "top-left"),
+            lambda L, S, alignment: causal(L, S, "top_left"),
         ),
         Mistake(
             "that is the bottom-right mask: top-left is the lower triangle of the (L, S) ones, "
             "query i sees keys j <= i",
-            lambda L, S, alignment: causal(L, S, "bottom-right"),
+            lambda L, S, alignment: causal(L, S, "bottom_right"),
         ),
         Mistake(
             "the diagonal moves by S - L (keys minus queries), not by L - S",
             lambda L, S, alignment: lower_triangle(
-                L, S, L - S if alignment == "bottom-right" else 0
+                L, S, L - S if alignment == "bottom_right" else 0
             ),
         ),
         Mistake(
             "the diagonal is masked: a query may attend its own position (tril's diagonal "
             "itself is kept)",
             lambda L, S, alignment: lower_triangle(
-                L, S, (S - L if alignment == "bottom-right" else 0) - 1
+                L, S, (S - L if alignment == "bottom_right" else 0) - 1
             ),
         ),
         Mistake(
             "that is the upper triangle (triu): each query would see the future; causal keeps "
             "the lower triangle (tril)",
             lambda L, S, alignment: torch.ones(L, S, dtype=torch.bool).triu(
-                S - L if alignment == "bottom-right" else 0
+                S - L if alignment == "bottom_right" else 0
             ),
         ),
     ),
