@@ -32,6 +32,7 @@ from qkv.masks import (
 )
 from qkv.multihead import MultiHeadAttention
 from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
+from qkv.rope_scaling import rope_frequencies
 
 __all__ = [
     "GPT",
@@ -66,6 +67,7 @@ __all__ = [
     "padding_mask",
     "ring_attention",
     "ring_schedule",
+    "rope_frequencies",
     "scaled_dot_product_attention",
     "select_backend",
     "sinusoidal_positions",

@@ -2,7 +2,8 @@
 
 - `sinusoidal_positions`: the fixed table that Vaswani et al. (2017) add to the token embeddings.
 - `apply_rope`: rotary position embedding (Su et al., RoFormer): rotate pairs of channels of queries and keys
-  by an angle proportional to the position, so that their dot product depends on the offset only.
+  by an angle proportional to the position, so that their dot product depends on the offset only; with a
+  `scaling` rule of `qkv.rope_scaling` to run past the training length.
 - `alibi_slopes`, `alibi_bias`: ALiBi (Press et al., 2022): no embedding at all, a per-head penalty on the
   scores that grows linearly with the distance between query and key.
 """
@@ -14,19 +15,7 @@ from torch import Tensor
 
 from qkv._checks import check_sizes, check_tensor, shape
 from qkv.masks import Alignment, _offset
-
-
-def _check_base(base: object) -> None:
-    """Raise unless `base` is a number above 1 (the frequencies would not decrease otherwise)."""
-    if isinstance(base, bool) or not isinstance(base, int | float):
-        raise TypeError(f"base must be a number, got {type(base).__name__}")
-    if not base > 1:
-        raise ValueError(f"base must be greater than 1, got {base}")
-
-
-def _frequencies(dim: int, base: float, device: torch.device | str | None = None) -> Tensor:
-    """`(dim/2,)`: the angular frequency `base**(-2i/dim)` of channel pair i, in float64."""
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
+from qkv.rope_scaling import rope_frequencies
 
 
 # --8<-- [start:sinusoidal]
@@ -50,8 +39,8 @@ def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> Tensor:
     check_sizes(dim=dim)
     if dim % 2:
         raise ValueError(f"dim must be even (sin and cos come in pairs), got {dim}")
-    _check_base(base)
-    angles = torch.arange(n, dtype=torch.float64)[:, None] * _frequencies(dim, base)  # (n, dim/2)
+    frequencies, _ = rope_frequencies(dim, base=base)  # (dim/2,): base**(-2i/dim)
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * frequencies  # (n, dim/2)
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (n, dim/2, 2)
     return table.flatten(-2).float()  # (n, dim): sin, cos, sin, cos, ...
 
@@ -65,6 +54,7 @@ def apply_rope(
     *,
     base: float = 10000.0,
     interleaved: bool = False,
+    scaling: dict | None = None,
 ) -> Tensor:
     """Rotary position embedding: turn each pair of channels of `x` by `position * base**(-2i/D)`.
 
@@ -78,6 +68,10 @@ def apply_rope(
         base: the frequency of pair i is `base**(-2i/D)`.
         interleaved: False pairs channel i with i + D/2 (the "rotate half" layout of GPT-NeoX and Llama);
             True pairs channel 2i with 2i + 1 (RoFormer's layout).
+        scaling: None, or a rule that stretches the context, as `qkv.rope_frequencies` takes it (a dict in
+            the format of a `transformers` config's `rope_parameters`); `"dynamic"` reads the sequence
+            length as the largest position + 1. The rotated rows are multiplied by the rule's attention
+            factor (YaRN's temperature; 1 otherwise).
 
     Returns:
         a tensor of the shape and dtype of `x`; the angles are computed in float32 at least.
@@ -85,7 +79,7 @@ def apply_rope(
     Raises:
         TypeError: `x` not a floating-point tensor, `positions` not an integer tensor, `base` not a number.
         ValueError: `x` with fewer than 2 dimensions or an odd D, `positions` not of shape `(N,)`, `base` not
-            above 1.
+            above 1, a `scaling` that `rope_frequencies` refuses.
     """
     check_tensor("x", x, min_dim=2)
     length, dim = x.shape[-2:]
@@ -96,10 +90,12 @@ def apply_rope(
     if positions is None:
         positions = torch.arange(length, device=x.device)
     _check_positions(positions, x)
-    _check_base(base)
+    dynamic = isinstance(scaling, dict) and scaling.get("rope_type") == "dynamic"
+    seq_len = int(positions.max()) + 1 if dynamic and positions.numel() else None
+    frequencies, factor = rope_frequencies(dim, base=base, scaling=scaling, seq_len=seq_len)
     dtype = torch.promote_types(x.dtype, torch.float32)
-    angles = positions.to(torch.float64)[:, None] * _frequencies(dim, base, x.device)  # (N, D/2)
-    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    angles = positions.to(torch.float64)[:, None] * frequencies.to(x.device)  # (N, D/2)
+    cos, sin = (factor * angles.cos()).to(dtype), (factor * angles.sin()).to(dtype)
     return _rotate(x.to(dtype), cos, sin, interleaved).to(x.dtype)
 
 
