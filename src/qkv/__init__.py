@@ -18,6 +18,7 @@ from qkv.efficient import (
     sliding_window_attention,
     sparse_mask,
 )
+from qkv.flex import block_mask, flex_attention
 from qkv.functional import attention_weights, scaled_dot_product_attention
 from qkv.gpt import GPT, GPTConfig, generate, next_token_probabilities
 from qkv.kernels import flash_attention
@@ -52,9 +53,11 @@ __all__ = [
     "axial_attention",
     "axial_mask",
     "block_layout",
+    "block_mask",
     "block_sparse_attention",
     "causal_mask",
     "flash_attention",
+    "flex_attention",
     "generate",
     "keep_to_additive",
     "keep_to_key_padding",
