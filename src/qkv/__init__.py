@@ -32,6 +32,7 @@ from qkv.masks import (
     sliding_window_mask,
 )
 from qkv.multihead import MultiHeadAttention
+from qkv.paged import PagedKVCache, paged_attention
 from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 from qkv.rope_scaling import rope_frequencies
 
@@ -42,6 +43,7 @@ __all__ = [
     "KVCache",
     "LuongAttention",
     "MultiHeadAttention",
+    "PagedKVCache",
     "PerformerFeatures",
     "TransformerBlock",
     "additive_to_keep",
@@ -68,6 +70,7 @@ __all__ = [
     "linformer_projection",
     "next_token_probabilities",
     "padding_mask",
+    "paged_attention",
     "ring_attention",
     "ring_schedule",
     "rope_frequencies",

@@ -1,0 +1,285 @@
+"""A paged KV cache: many sequences' keys and values in fixed-size pages of one pool (Kwon et al., SOSP 2023).
+
+A contiguous cache reserves room for the longest sequence a request might reach, for every request; most of
+it stays empty. A paged cache hands out pages of `page_size` tokens as sequences grow, and keeps for each
+sequence a block table: the list of its pages, in order. Token `t` of a sequence lives in page
+`table[t // page_size]`, slot `t % page_size`, so at most `page_size - 1` slots per sequence are ever empty.
+
+Pages can be shared: a sequence forked from another (two requests with one prompt, or several samples of one
+prompt) starts with the other's block table and a reference count of 2 on each page. Writing into a shared
+page first copies it (copy on write), so no sequence ever changes what another reads.
+
+`paged_attention` is attention read through block tables; `PagedKVCache` hands out the pages.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from qkv._checks import check_scale, check_sizes, check_tensor, shape
+
+
+def paged_attention(
+    query: Tensor,
+    key_pages: Tensor,
+    value_pages: Tensor,
+    block_tables: Tensor,
+    lengths: Tensor,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """Each sequence's newest `L` queries attend its cached tokens, read page by page through its table.
+
+    Query `i` of sequence `b` is token `lengths[b] - L + i` and attends tokens `0 .. lengths[b] - L + i`
+    (causal, aligned bottom-right per sequence: the queries' own keys and values are already in the cache).
+
+    Args:
+        query: `(B, H, L, D)`.
+        key_pages: `(P, H_kv, page_size, D)`, the pool; H_kv divides H (grouped-query attention).
+        value_pages: `(P, H_kv, page_size, Dv)`.
+        block_tables: integer `(B, max_pages)`: the pages of each sequence in order; entries past a
+            sequence's last page are not read (any valid page index, e.g. 0).
+        lengths: integer `(B,)`: the tokens cached for each sequence, at least L and at most
+            `max_pages * page_size`.
+        scale: multiplies the scores; `1 / sqrt(D)` when None.
+
+    Returns:
+        `(B, H, L, Dv)`.
+
+    Raises:
+        TypeError: a non-tensor, floating block tables or lengths, dtypes that differ.
+        ValueError: shapes that disagree (named with the shapes), a page index outside `[0, P)` in a page
+            that is read, a length below L or beyond the sequence's pages.
+    """
+    _check_paged_inputs(query, key_pages, value_pages, block_tables, lengths)
+    check_scale(scale)
+    _, heads, seqlen_q, dim = query.shape
+    pages, heads_kv = key_pages.shape[:2]
+    block_tables = block_tables.clamp(0, pages - 1)  # entries past a sequence's pages: never kept
+    keys = key_pages[block_tables]  # (B, max_pages, H_kv, page, D)
+    values = value_pages[block_tables]  # (B, max_pages, H_kv, page, Dv)
+    keys = keys.transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, D), S = max_pages * page
+    values = values.transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, Dv)
+    groups = heads // heads_kv
+    keys = keys.repeat_interleave(groups, 1)  # (B, H, S, D)
+    values = values.repeat_interleave(groups, 1)  # (B, H, S, Dv)
+    # query i of sequence b is token lengths[b] - L + i and sees the tokens up to it: causal, bottom-right
+    positions = torch.arange(keys.size(2), device=query.device)  # (S,)
+    rows = lengths[:, None] - seqlen_q + torch.arange(seqlen_q, device=query.device)  # (B, L)
+    keep = positions[None, None, :] <= rows[:, :, None]  # (B, L, S)
+    scale = 1 / math.sqrt(dim) if scale is None else scale
+    scores = query @ keys.transpose(-2, -1) * scale  # (B, H, L, S)
+    scores = scores.masked_fill(~keep[:, None], -math.inf)
+    return torch.softmax(scores, dim=-1) @ values  # (B, H, L, Dv)
+
+
+class PagedKVCache:
+    """A pool of pages and the block tables of the sequences that use them.
+
+    Args:
+        num_pages: pages in the pool.
+        page_size: tokens per page.
+        kv_heads: key-value heads per token.
+        head_dim: D, features per key.
+        value_dim: Dv, features per value; D when None.
+        dtype, device: of the pool.
+
+    Attributes:
+        key_pages: `(num_pages, kv_heads, page_size, D)`; `value_pages` likewise with Dv.
+        references: int `(num_pages,)`: how many sequences read each page (0: free).
+
+    Example:
+        >>> cache = PagedKVCache(num_pages=8, page_size=4, kv_heads=2, head_dim=16)
+        >>> cache.add("prompt")
+        >>> cache.append("prompt", torch.randn(2, 6, 16), torch.randn(2, 6, 16))  # 6 tokens: 2 pages
+        >>> cache.add("sample", fork_of="prompt")  # shares both pages
+        >>> cache.block_table("sample"), cache.references[:2].tolist()
+        ([0, 1], [2, 2])
+    """
+
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        kv_heads: int,
+        head_dim: int,
+        *,
+        value_dim: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        check_sizes(num_pages=num_pages, page_size=page_size, kv_heads=kv_heads, head_dim=head_dim)
+        value_dim = head_dim if value_dim is None else value_dim
+        check_sizes(value_dim=value_dim)
+        self.page_size = page_size
+        self.key_pages = torch.zeros(
+            num_pages, kv_heads, page_size, head_dim, dtype=dtype, device=device
+        )
+        self.value_pages = torch.zeros(
+            num_pages, kv_heads, page_size, value_dim, dtype=dtype, device=device
+        )
+        self.references = torch.zeros(num_pages, dtype=torch.int64)
+        self._tables: dict[object, list[int]] = {}
+        self._lengths: dict[object, int] = {}
+
+    def add(self, sequence: object, *, fork_of: object = None) -> None:
+        """Start `sequence`: empty, or sharing every page of `fork_of` (its tokens, without copying them)."""
+        if sequence in self._tables:
+            raise ValueError(f"sequence {sequence!r} was added already")
+        if fork_of is None:
+            self._tables[sequence], self._lengths[sequence] = [], 0
+            return
+        table = self.block_table(fork_of)
+        self.references[table] += 1
+        self._tables[sequence], self._lengths[sequence] = table, self._lengths[fork_of]
+
+    def append(self, sequence: object, key: Tensor, value: Tensor) -> None:
+        """Write the keys `(H_kv, T_new, D)` and values `(H_kv, T_new, Dv)` of new tokens after `sequence`'s.
+
+        A shared page is copied before it is written to; new pages come from the free ones.
+
+        Raises:
+            ValueError: a sequence never added, shapes that do not fit the pool.
+            TypeError: a dtype or device other than the pool's.
+            RuntimeError: no free page left (nothing is written then).
+        """
+        table = self._table(sequence)
+        self._check_tokens(key, value)
+        length, new = self._lengths[sequence], key.size(1)
+        if new == 0:
+            return
+        needed = math.ceil((length + new) / self.page_size) - len(table)
+        shared_tail = length % self.page_size != 0 and self.references[table[-1]] > 1
+        free = self._free_pages(needed + shared_tail)
+        if shared_tail:  # copy on write: this sequence gets its own copy of the last page
+            copy, free = free[0], free[1:]
+            self.key_pages[copy] = self.key_pages[table[-1]]
+            self.value_pages[copy] = self.value_pages[table[-1]]
+            self.references[table[-1]] -= 1
+            self.references[copy] = 1
+            table[-1] = copy
+        for page in free:
+            self.references[page] = 1
+            table.append(page)
+        slots = torch.arange(length, length + new)  # (T_new,): the tokens' positions
+        pages = torch.tensor(table)[slots // self.page_size]  # (T_new,)
+        self.key_pages[pages, :, slots % self.page_size] = key.transpose(0, 1)  # (T_new, H_kv, D)
+        self.value_pages[pages, :, slots % self.page_size] = value.transpose(0, 1)
+        self._lengths[sequence] = length + new
+
+    def free(self, sequence: object) -> None:
+        """Forget `sequence`; its pages that no other sequence reads become free."""
+        table = self._table(sequence)
+        self.references[table] -= 1
+        del self._tables[sequence], self._lengths[sequence]
+
+    def block_table(self, sequence: object) -> list[int]:
+        """The pages of `sequence`, in order (a copy)."""
+        return list(self._table(sequence))
+
+    def length(self, sequence: object) -> int:
+        """The tokens cached for `sequence`."""
+        self._table(sequence)
+        return self._lengths[sequence]
+
+    def batch(self, sequences: list) -> tuple[Tensor, Tensor]:
+        """`(block_tables, lengths)` of `sequences` for `paged_attention`: `(B, max_pages)` (padded with 0),
+        `(B,)`."""
+        tables = [self._table(sequence) for sequence in sequences]
+        width = max([1, *map(len, tables)])
+        padded = [table + [0] * (width - len(table)) for table in tables]
+        lengths = [self._lengths[sequence] for sequence in sequences]
+        device = self.key_pages.device
+        return torch.tensor(padded, device=device), torch.tensor(lengths, device=device)
+
+    def contiguous(self, sequence: object) -> tuple[Tensor, Tensor]:
+        """`sequence`'s keys `(H_kv, T, D)` and values `(H_kv, T, Dv)`, gathered from its pages in order."""
+        table, length = self._table(sequence), self._lengths[sequence]
+        keys = self.key_pages[table].transpose(0, 1).flatten(1, 2)  # (H_kv, pages * page_size, D)
+        values = self.value_pages[table].transpose(0, 1).flatten(1, 2)
+        return keys[:, :length], values[:, :length]
+
+    def _table(self, sequence: object) -> list[int]:
+        if sequence not in self._tables:
+            raise ValueError(
+                f"sequence {sequence!r} was never added (or was freed): add it first; "
+                f"the cache holds {list(self._tables)}"
+            )
+        return self._tables[sequence]
+
+    def _free_pages(self, count: int) -> list[int]:
+        free = torch.nonzero(self.references == 0).flatten().tolist()
+        if count > len(free):
+            raise RuntimeError(
+                f"the pool has {len(free)} free pages of {len(self.references)}, {count} are needed"
+            )
+        return free[:count]
+
+    def _check_tokens(self, key: Tensor, value: Tensor) -> None:
+        for name, x, pool in (("key", key, self.key_pages), ("value", value, self.value_pages)):
+            check_tensor(name, x)
+            if x.dim() != 3 or x.size(0) != pool.size(1) or x.size(2) != pool.size(3):
+                raise ValueError(
+                    f"{name} must be (H_kv, T_new, {'D' if name == 'key' else 'Dv'}) = "
+                    f"({pool.size(1)}, T_new, {pool.size(3)}), got {shape(x)}"
+                )
+            if x.dtype != pool.dtype or x.device != pool.device:
+                raise TypeError(
+                    f"{name} is {x.dtype} on {x.device}, the pool {pool.dtype} on {pool.device}"
+                )
+        if key.size(1) != value.size(1):
+            raise ValueError(f"key and value disagree on T_new: {shape(key)} vs {shape(value)}")
+
+
+def _check_paged_inputs(
+    query: Tensor, key_pages: Tensor, value_pages: Tensor, block_tables: Tensor, lengths: Tensor
+) -> None:
+    """Raise, naming the argument and the shapes, unless the inputs make a well-formed paged call."""
+    for name, x in (("query", query), ("key_pages", key_pages), ("value_pages", value_pages)):
+        check_tensor(name, x)
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be 4-D, got {shape(x)}")
+    if not query.dtype == key_pages.dtype == value_pages.dtype:
+        raise TypeError(
+            f"query, key_pages and value_pages must share a dtype: {query.dtype}, "
+            f"{key_pages.dtype}, {value_pages.dtype}"
+        )
+    for name, x in (("block_tables", block_tables), ("lengths", lengths)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
+    batch, heads, seqlen_q, dim = query.shape
+    pages, heads_kv, page_size, _ = key_pages.shape
+    if key_pages.shape[:3] != value_pages.shape[:3] or key_pages.size(3) != dim:
+        raise ValueError(
+            f"key_pages must be (P, H_kv, page_size, D) and value_pages (P, H_kv, page_size, Dv) with "
+            f"query's D: query {shape(query)}, key_pages {shape(key_pages)}, value_pages {shape(value_pages)}"
+        )
+    if heads % heads_kv:
+        raise ValueError(
+            f"the key-value heads must divide the query heads: query {shape(query)}, "
+            f"key_pages {shape(key_pages)}"
+        )
+    if block_tables.dim() != 2 or block_tables.size(0) != batch or lengths.shape != (batch,):
+        raise ValueError(
+            f"block_tables must be (B, max_pages) and lengths (B,) with B = {batch}: "
+            f"block_tables {shape(block_tables)}, lengths {shape(lengths)}"
+        )
+    capacity = block_tables.size(1) * page_size
+    if ((lengths < seqlen_q) | (lengths > capacity)).any():
+        raise ValueError(
+            f"lengths must be at least L = {seqlen_q} (the queries' own tokens are cached) and at most "
+            f"{capacity} (max_pages * page_size), got {lengths.tolist()}"
+        )
+    used = torch.arange(block_tables.size(1), device=lengths.device) < (
+        (lengths[:, None] + page_size - 1) // page_size
+    )  # (B, max_pages): the pages each sequence reads
+    read = block_tables[used]
+    if read.numel() and (read.min() < 0 or read.max() >= pages):
+        raise ValueError(
+            f"block_tables reads pages outside the pool's {pages}: {read[(read < 0) | (read >= pages)].tolist()}"
+        )
