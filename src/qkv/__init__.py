@@ -31,6 +31,7 @@ from qkv.masks import (
     padding_mask,
     sliding_window_mask,
 )
+from qkv.mla import MultiHeadLatentAttention
 from qkv.multihead import MultiHeadAttention
 from qkv.paged import PagedKVCache, paged_attention
 from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
@@ -43,6 +44,7 @@ __all__ = [
     "KVCache",
     "LuongAttention",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "PagedKVCache",
     "PerformerFeatures",
     "TransformerBlock",
