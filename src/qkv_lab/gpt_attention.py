@@ -7,7 +7,8 @@ mask; the residual stream between layers is the model's own blocks'. tests/lab/t
 that these weights, times the block's values, give the block's own attention output.
 
 `ablated_bits` runs the model's own forward with chosen heads' outputs set to zero (a hook on each block's
-output projection, removed afterwards) and gives the loss of every predicted token.
+output projection, removed afterwards) and gives the loss of every predicted token. `PASSAGE` is the text
+the article, its figure and its interactive map read the maps on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from qkv.functional import attention_weights
 from qkv.gpt import GPT, Attention
 from qkv.masks import Mask
 from qkv.positions import apply_rope
+
+# A sentence in the site's style for the maps, 47 bytes: short enough to draw, byte by byte, on a phone.
+PASSAGE = "Each new token attends to the tokens before it."
 
 
 def _check(model: object, ids: object) -> None:
