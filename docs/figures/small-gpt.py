@@ -106,7 +106,10 @@ def heads_data() -> dict:
     return {
         "bytes": [decode(encode(PASSAGE)[i : i + 1]) for i in range(len(PASSAGE.encode()))],
         "percent": [
-            [[[round(100 * w, 1) for w in row[: i + 1]] for i, row in enumerate(head.tolist())] for head in layer]
+            [
+                [[round(100 * w, 1) for w in row[: i + 1]] for i, row in enumerate(head.tolist())]
+                for head in layer
+            ]
             for layer in maps
         ],  # [layer][head][query][key], keys up to the query's own
     }
