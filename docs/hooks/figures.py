@@ -12,12 +12,16 @@ breaks the figure contract (`contract_breaches`: too wide for a phone, text belo
 drawn outside its box) or whose two variants differ in size. Each `<img>` of a figure gets the figure's
 width and height in CSS pixels, so the browser reserves its box before the file arrives (no layout shift; the
 theme scales it to the column). Both are loaded lazily: the one of the scheme not shown is then never fetched.
+
+A script may also define `DATA = {"name": compute}`: `compute()` returns the numbers of an interactive figure
+(JSON data), saved as `figures/<name>.json` for its script to fetch (`data_of`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import re
 import sys
 import traceback
@@ -104,6 +108,36 @@ def _figures_of(script: Path) -> dict[str, Callable[[], Figure]]:
         if not callable(draw):
             raise ValueError(f"{script}: FIGURES[{name!r}] is not callable")
     return figures
+
+
+def data_of(script: Path) -> dict[str, bytes]:
+    """The JSON files of a script's `DATA = {"name": compute}` (none without one), by docs-relative path.
+
+    Each `compute()` takes no argument and returns JSON data, saved as `figures/<name>.json`: the numbers an
+    interactive figure shows, computed from the package when the site is built.
+
+    Raises:
+        ValueError: the script fails to import, `DATA` is not a dict of named functions, or a result is not
+            JSON.
+    """
+    try:
+        module = _load_script(script)
+    except Exception as error:
+        raise ValueError(f"{script} failed to import:\n{_traceback(error)}") from error
+    data = getattr(module, "DATA", {})
+    if not isinstance(data, dict):
+        raise ValueError(f"{script}: DATA is not a dict of name -> function")
+    files = {}
+    for name, compute in data.items():
+        if not isinstance(name, str) or not FIGURE_NAME.fullmatch(name) or not callable(compute):
+            raise ValueError(
+                f"{script}: DATA[{name!r}] is not a lowercase-with-hyphens name and a function"
+            )
+        try:
+            files[f"figures/{name}.json"] = json.dumps(compute(), separators=(",", ":")).encode()
+        except Exception as error:
+            raise ValueError(f"{script}: DATA {name!r} failed:\n{_traceback(error)}") from error
+    return files
 
 
 def _svg(figure: Figure) -> bytes:
@@ -320,13 +354,19 @@ _sizes: dict[str, tuple[int, int]] = {}  # of the figures drawn by on_files, for
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Draw every figure and add it to the build as `figures/<name>.svg` and `figures/<name>-dark.svg`."""
+    """Draw every figure and add it to the build as `figures/<name>.svg` and `figures/<name>-dark.svg`, and
+    each script's `DATA` as `figures/<name>.json`."""
     try:
         svgs, sizes = draw_figures(Path(config.docs_dir))
+        data = {
+            uri: content
+            for script in scripts(config.docs_dir)
+            for uri, content in data_of(script).items()
+        }
     except ValueError as error:
         raise PluginError(str(error)) from error
-    for uri, svg in svgs.items():
-        files.append(File.generated(config, uri, content=svg))
+    for uri, content in {**svgs, **data}.items():
+        files.append(File.generated(config, uri, content=content))
     _sizes.update(sizes)
     return files
 

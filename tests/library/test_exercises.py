@@ -28,6 +28,7 @@ CATALOGUE = [
     "positions/rope",
     "transformer-block/layer-norm",
     "decoding/cache-step",
+    "small-gpt/top-p",
     "flash-attention/online-softmax",
     "efficient-attention/linear-attention",
     "attention-across-devices/merge-partials",
@@ -99,6 +100,13 @@ def cache_step(cache_k, cache_v, q, k, v):
     return F.scaled_dot_product_attention(q, cache_k, cache_v), cache_k, cache_v
 
 
+def top_p(probs, p):
+    ordered, order = probs.sort(dim=-1, descending=True)
+    before = ordered.cumsum(-1) - ordered  # the mass of the more probable tokens
+    kept = torch.where(before < p, ordered, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, kept / kept.sum(-1, keepdim=True))
+
+
 def online_softmax(q, k, v, block_size):
     scale = q.size(-1) ** -0.5
     m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
@@ -136,6 +144,7 @@ SOLUTIONS = {
     "positions/rope": rope,
     "transformer-block/layer-norm": layer_norm,
     "decoding/cache-step": cache_step,
+    "small-gpt/top-p": top_p,
     "flash-attention/online-softmax": online_softmax,
     "efficient-attention/linear-attention": linear_attention,
     "attention-across-devices/merge-partials": merge_partials,
@@ -215,6 +224,15 @@ def online_wrong(q, k, v, block_size, rescale_acc=True, use_max=True, stop=None)
         acc = (acc * alpha if rescale_acc else acc) + p @ v[..., start : start + block_size, :]
         m = m_new
     return acc / total
+
+
+def nucleus_wrong(probs, p, crossing=True, renormalise=True, unsort=True, descending=True):
+    values, indices = torch.sort(probs, dim=-1, descending=descending)
+    total = torch.cumsum(values, dim=-1)
+    kept = values * ((total - values < p) if crossing else (total <= p))
+    if renormalise:
+        kept = kept / kept.sum(dim=-1, keepdim=True)
+    return torch.zeros_like(probs).scatter(-1, indices, kept) if unsort else kept
 
 
 def features(x):
@@ -403,6 +421,14 @@ WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
             *cached(ck, cv, k, v),
         ),
         "not scaled",
+    ),
+    ("small-gpt/top-p", lambda probs, p: nucleus_wrong(probs, p, crossing=False), "past p"),
+    ("small-gpt/top-p", lambda probs, p: nucleus_wrong(probs, p, renormalise=False), "sum to 1"),
+    ("small-gpt/top-p", lambda probs, p: nucleus_wrong(probs, p, unsort=False), "sorted order"),
+    (
+        "small-gpt/top-p",
+        lambda probs, p: nucleus_wrong(probs, p, descending=False),
+        "least probable",
     ),
     (
         "flash-attention/online-softmax",

@@ -151,3 +151,17 @@ def test_figure_scripts_name_no_colour_and_no_font_size() -> None:
         if NAMED.search(line)
     }
     assert not found, found
+
+
+def test_a_scripts_data_becomes_json_and_bad_data_fails(tmp_path) -> None:
+    script = tmp_path / "widget.py"
+    script.write_text('DATA = {"a-map": lambda: {"rows": [[1, 0], [0.5, 0.5]]}}\n')
+    assert figures.data_of(script) == {"figures/a-map.json": b'{"rows":[[1,0],[0.5,0.5]]}'}
+    script.write_text("FIGURES = {}\n")
+    assert figures.data_of(script) == {}
+    script.write_text('DATA = {"a-map": lambda: {1, 2}}\n')  # a set is not JSON
+    with pytest.raises(ValueError, match="DATA 'a-map' failed"):
+        figures.data_of(script)
+    script.write_text('DATA = {"A map": dict}\n')
+    with pytest.raises(ValueError, match="lowercase-with-hyphens"):
+        figures.data_of(script)

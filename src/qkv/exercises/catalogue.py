@@ -10,6 +10,7 @@ from qkv.exercises.formula import (
     STABLE_SOFTMAX,
 )
 from qkv.exercises.layers import LAYER_NORM, MERGE_HEADS, ROPE, SPLIT_HEADS
+from qkv.exercises.sampling import TOP_P
 
 EXERCISES: tuple[Exercise, ...] = (
     ATTENTION,
@@ -22,6 +23,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ROPE,
     LAYER_NORM,
     CACHE_STEP,
+    TOP_P,
     ONLINE_SOFTMAX,
     LINEAR_ATTENTION,
     MERGE_PARTIALS,
