@@ -9,6 +9,7 @@ Material's instant navigation.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -25,11 +26,13 @@ MASKING = "blog/masking/"
 LOOKUP = "blog/queries-keys-values/"
 SCALING = "blog/scaling/"
 FLASH = "blog/flash-attention/"
+SMALL_GPT = "blog/small-gpt/"
 WIDGETS = {
     "mask-builder": MASKING,
     "soft-lookup": LOOKUP,
     "scale-temperature": SCALING,
     "online-softmax": FLASH,
+    "attention-heads": SMALL_GPT,
 }
 # What each convention of the mask builder writes in a cell where the query may attend, and where it may not.
 SYMBOLS = {"sdpa": ("T", "F"), "mha": ("F", "T"), "inf": ("0", "\u2212\u221e"), "min": ("0", "min")}
@@ -378,6 +381,40 @@ def test_online_softmax_next_button_steps_and_stops(page: Page, site: Site) -> N
     assert "skipped" in page.locator("#online-softmax [aria-live=polite]").inner_text()
 
 
+# Attention heads (small GPT article)
+
+
+@pytest.fixture(scope="module")
+def head_maps() -> torch.Tensor:
+    """The trained site GPT's weights over the widget's passage, `(layers, H, L, L)`, recomputed here."""
+    from qkv_lab.gpt_attention import PASSAGE, attention_maps
+    from qkv_lab.gpt_training import encode, trained_site_gpt
+
+    model, _ = trained_site_gpt()  # the run the build drew its numbers from (qkv_lab.remember)
+    return attention_maps(model, encode(PASSAGE)[None])[:, 0]
+
+
+@pytest.mark.parametrize(("layer", "head", "query"), [(0, 0, 5), (1, 3, 46), (2, 1, 20), (0, 2, 1)])
+def test_attention_heads_show_the_trained_models_weights(
+    page: Page, site: Site, head_maps: torch.Tensor, layer: int, head: int, query: int
+) -> None:
+    _open(page, site, SMALL_GPT)
+    _set(page, "attention-heads", {"query": query, "layer": layer, "head": head})
+    summary = page.locator("#attention-heads [aria-live=polite]").inner_text()
+    # the file holds each weight in percent with one decimal; the widget shows the largest, first of ties
+    row = [round(100 * w, 1) for w in head_maps[layer, head, query, : query + 1].tolist()]
+    top = row.index(max(row))
+    assert f"gives {row[top]:.1f}% of its weight to byte {top} " in summary, summary
+    weights = head_maps[layer, head]  # (L, L)
+    previous = weights.diagonal(offset=-1).mean()  # the article's previous-byte score
+    first = weights[1:, 0].mean()
+    shown = [float(x) for x in re.findall(r"(\d+\.\d)%", summary)[1:]]
+    assert shown == pytest.approx([100 * previous, 100 * first], abs=0.06), summary
+    cells = page.locator("#attention-heads svg rect:not(.qkv-query-row)").count()
+    drawn = [round(100 * w, 1) >= 0.5 for i, r in enumerate(weights.tolist()) for w in r[: i + 1]]
+    assert cells == sum(drawn), "one cell per weight of at least 0.5%"
+
+
 # Every widget
 
 
@@ -388,6 +425,7 @@ def test_online_softmax_next_button_steps_and_stops(page: Page, site: Site) -> N
         ("soft-lookup", "x", "y"),
         ("scale-temperature", "temperature", "keys"),
         ("online-softmax", "step", "next"),
+        ("attention-heads", "query", "layer"),
     ],
 )
 def test_widget_is_operated_from_the_keyboard(
@@ -422,6 +460,7 @@ SETTINGS = {
     "soft-lookup": {"x": -2, "y": 2},
     "scale-temperature": {"dk": 1024, "scaled": "no", "temperature": 0.25, "keys": 32},
     "online-softmax": {"block": 1, "mask": "causal", "step": 3},
+    "attention-heads": {"layer": 1, "head": 2, "query": 30},
 }
 
 

@@ -45,9 +45,9 @@
     const query = el("input", { type: "range", id: id("query"), min: 0, max: L - 1, value: L - 1, step: 1 });
     const queryOut = el("output", { for: id("query") });
     const controls = el("div", { class: "qkv-controls" }, [
+      field(id("query"), "Query (byte of the passage)", query, queryOut),
       field(id("layer"), "Layer", layer),
       field(id("head"), "Head", head),
-      field(id("query"), "Query (byte of the passage)", query, queryOut),
     ]);
     const map = el("svg", { viewBox: `0 0 ${L} ${L}`, class: "qkv-attention-map", role: "img" }, [], SVG);
     const text = el("p", { class: "qkv-passage", "aria-hidden": "true" });
@@ -57,7 +57,7 @@
     function update() {
       const rows = data.percent[+layer.value][+head.value];
       const q = +query.value;
-      queryOut.value = `${q} (${shown(data.bytes[q])})`;
+      queryOut.value = String(q);
       const cells = [];
       rows.forEach((row, i) =>
         row.forEach((w, j) => {
