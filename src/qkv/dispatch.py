@@ -101,6 +101,7 @@ def attention(
     enable_gqa: bool = False,
     window: int | None = None,
     key_lengths: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Scaled dot-product attention by the backend that applies and measured fastest (see `select_backend`).
 
@@ -118,6 +119,10 @@ def attention(
         enable_gqa: let each key/value head serve a group of query heads (grouped-query attention).
         window: each query also sees only the `window` most recent keys it may see; needs `is_causal`.
         key_lengths: `(B,)` integer tensor; in batch `b`, keys `j >= key_lengths[b]` are masked.
+        sinks: `(H,)` float, one learned logit per query head (query `(..., H, L, E)`): the softmax of each
+            row runs over its scores and the sink, and the sink's share is dropped, so the weights sum to
+            `1 - e^sink / (e^sink + sum_j e^s_j)` and a query may give part of its attention to nothing.
+            A query with every key masked gives all of it to the sink (zeros). Not for the triton backend.
 
     Returns:
         `(..., L, Ev)`, the same whichever backend computes it (up to rounding); zeros for a query that may
@@ -131,7 +136,8 @@ def attention(
         query, key, value, attn_mask, is_causal, scale, dropout_p, backend, enable_gqa, window,
         key_lengths,
     )  # fmt: skip
-    return _attention(query, key, value, mask, dropout_p, backend, scale, enable_gqa)
+    _check_sinks(sinks, query)
+    return _attention(query, key, value, mask, dropout_p, backend, scale, enable_gqa, sinks)
 
 
 def _parse(
@@ -160,6 +166,22 @@ def _parse(
     return mask
 
 
+def _check_sinks(sinks: object, query: Tensor) -> None:
+    """Raise unless `sinks` is None or a float `(H,)` tensor on the query's device, H the query's heads."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
+        got = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise TypeError(f"sinks must be a floating-point tensor, got {got}")
+    if query.dim() < 3 or sinks.shape != (query.size(-3),):
+        raise ValueError(
+            f"sinks must be (H,), one logit per query head of query (..., H, L, E), got sinks "
+            f"{shape(sinks)} for query {shape(query)}"
+        )
+    if sinks.device != query.device:
+        raise ValueError(f"sinks is on {sinks.device} but query is on {query.device}")
+
+
 def check_backend(backend: object) -> None:
     """Raise unless `backend` names one of `BACKENDS`."""
     if backend not in BACKENDS:
@@ -175,16 +197,21 @@ def _attention(
     backend: Backend = "auto",
     scale: float | None = None,
     enable_gqa: bool = False,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """`attention` of checked inputs, with the masks parsed into `mask`."""
-    chosen = _select(query, key, value, mask, dropout_p, backend)
+    chosen = _select(query, key, value, mask, dropout_p, backend, sinks)
     logger.debug("attention: %s backend for query %s %s", chosen, tuple(query.shape), query.dtype)
     if chosen == "triton":
         from qkv.kernels.flash import attend
 
         return attend(query, key, value, mask, scale)
     if chosen == "reference":
-        return _scaled_dot_product_attention(query, key, value, mask, dropout_p, scale, enable_gqa)
+        return _scaled_dot_product_attention(
+            query, key, value, mask, dropout_p, scale, enable_gqa, sinks
+        )
+    if sinks is not None:
+        return _torch_with_sinks(query, key, value, mask, dropout_p, scale, enable_gqa, sinks)
     # torch's own is_causal for a top-left causal mask alone; torch 2.13's fused CPU kernel returns NaN
     # for it with a scale <= 0, where its mask path is right
     causal = mask.alignment == "top_left" and (scale is None or scale > 0)
@@ -204,12 +231,59 @@ def _attention(
     )
 
 
+def _torch_with_sinks(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Mask,
+    dropout_p: float,
+    scale: float | None,
+    enable_gqa: bool,
+    sinks: Tensor,
+) -> Tensor:
+    """torch's function with one more key per head: zeros (a score of 0, a value of 0) and a mask that
+    adds the head's sink to its score, so that the softmax runs over the concatenated logit."""
+    seqlen_q, seqlen_k = query.size(-2), key.size(-2)
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    dense = mask.as_tensor(seqlen_q, seqlen_k, query.device)  # None, bool or float (..., L, S)
+    if dense is None:
+        dense = torch.zeros(seqlen_q, seqlen_k, device=query.device, dtype=dtype)
+    elif dense.dtype == torch.bool:
+        dense = torch.zeros_like(dense, dtype=dtype).masked_fill(~dense, -math.inf)
+    batch = torch.broadcast_shapes(dense.shape[:-2], query.shape[:-2])  # (..., H)
+    dense = dense.to(dtype).expand(*batch, seqlen_q, seqlen_k)  # (..., H, L, S)
+    sink = sinks.to(dtype)[:, None, None].expand(*batch, seqlen_q, 1)  # (..., H, L, 1)
+    extra_key = key.new_zeros(*key.shape[:-2], 1, key.size(-1))  # (..., H_kv, 1, E)
+    extra_value = value.new_zeros(*value.shape[:-2], 1, value.size(-1))
+    return F.scaled_dot_product_attention(
+        query,
+        torch.cat([key, extra_key], dim=-2),  # (..., H_kv, S + 1, E)
+        torch.cat([value, extra_value], dim=-2),
+        attn_mask=torch.cat([dense, sink], dim=-1).to(query.dtype),  # (..., H, L, S + 1)
+        dropout_p=dropout_p,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
+
+
 def _select(
-    query: Tensor, key: Tensor, value: Tensor, mask: Mask, dropout_p: float, backend: Backend
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Mask,
+    dropout_p: float,
+    backend: Backend,
+    sinks: Tensor | None = None,
 ) -> str:
     """`select_backend` of checked inputs, with the masks parsed into `mask`."""
     if backend in ("torch", "reference"):
         return backend
+    if sinks is not None:
+        if backend == "triton":
+            raise ValueError(
+                "the triton backend cannot take these inputs: the kernels take no sinks"
+            )
+        return "torch"
     if backend == "auto" and not query.is_cuda:
         return "torch"
     refusal = contract.refusal(query, key, value, mask, dropout_p)

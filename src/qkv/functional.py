@@ -52,8 +52,13 @@ def _attention_weights(
     mask: Mask,
     scale: float | None = None,
     enable_gqa: bool = False,
+    sinks: Tensor | None = None,
 ) -> Tensor:
-    """`attention_weights` of checked inputs, with the masks parsed into `mask`."""
+    """`attention_weights` of checked inputs, with the masks parsed into `mask`.
+
+    `sinks (H,)`: one more logit per query head, beside every row's scores, that takes weight in the softmax
+    and gives nothing back (see `qkv.attention`).
+    """
     output_dtype, dtype = query.dtype, _compute_dtype(query)
     query, key = query.to(dtype), key.to(dtype)
     if scale is None and query.size(-1) == 0:
@@ -72,6 +77,12 @@ def _attention_weights(
         scores = scores + attn_mask.to(scores.dtype)
     weights = safe_softmax(scores)
     # --8<-- [end:weights]
+    if sinks is not None:
+        # --8<-- [start:sinks]
+        sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (..., H, L, 1)
+        weights = safe_softmax(torch.cat([scores, sink], dim=-1))  # (..., H, L, S + 1)
+        weights = weights[..., :-1]  # the sink's share is dropped: each row sums to less than 1
+        # --8<-- [end:sinks]
     return weights.to(output_dtype)
 
 
@@ -139,11 +150,13 @@ def _scaled_dot_product_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     enable_gqa: bool = False,
+    sinks: Tensor | None = None,
 ) -> Tensor:
-    """`scaled_dot_product_attention` of checked inputs, with the masks parsed into `mask`."""
+    """`scaled_dot_product_attention` of checked inputs, with the masks parsed into `mask`; `sinks` as for
+    `_attention_weights`."""
     output_dtype, dtype = query.dtype, _compute_dtype(query)
     query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
-    weights = _attention_weights(query, key, mask, scale, enable_gqa)
+    weights = _attention_weights(query, key, mask, scale, enable_gqa, sinks)
     if enable_gqa:
         value = _repeat_heads(value, query.size(-3) // value.size(-3))
     if dropout_p > 0.0:
