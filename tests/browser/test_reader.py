@@ -8,12 +8,15 @@ Outside the repository, in that environment:
 - each article's notebook, downloaded from its page, runs top to bottom; its code cells are the page's blocks
   in page order, as the copy button gives them (the text of the rendered `pre > code`), and each prints what
   the page's output block below it shows. This is a reader pasting the page into one Python session;
-- each block runs alone too, and prints what the page shows: the blocks that fail alone are exactly the ones
-  whose title bar says they continue the block above;
 - the playground notebook runs top to bottom.
 
 An article that names no extra runs with the plain package, before the extras are installed. Blocks folded
-away in a collapsed admonition (a solution, say) are not notebook cells: they run alone.
+away in a collapsed admonition (a solution, say) are not notebook cells.
+
+Each block alone is pytest-codeblocks' run (`pytest --codeblocks`, in the same test run): every block whose
+title does not say that it continues the one above runs there in a namespace of its own and prints what the
+page shows, folded blocks included. Running them alone here again would only change the interpreter, which
+the notebooks already exercise.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from playwright.sync_api import Browser
 from tests.browser.conftest import Site, posts
 from tests.site.build import ROOT, load_hook
 
-READER = Path(__file__).with_name("reader.py")
 CONTINUES = "Continues the block above"  # docs/hooks/code_blocks.py
 OUTPUT = "Output"
 TORCH = "torch==2.13.0"
@@ -60,7 +62,6 @@ class Block:
     number: int
     code: str
     output: str | None
-    continues: bool
     folded: bool  # inside a collapsed admonition: not a cell of the page's notebook
 
     def __str__(self) -> str:
@@ -164,14 +165,6 @@ class Cell:
     error: str | None
 
 
-@dataclass(frozen=True)
-class Run:
-    """What running one article did: each block alone (None: it ran as the page says), and its notebook."""
-
-    alone: list[str | None]
-    cells: list[Cell]
-
-
 @pytest.fixture(scope="session")
 def articles(site: Site, browser: Browser) -> dict[str, Article]:
     """Each article as the rendered page shows it, in reading order."""
@@ -187,21 +180,12 @@ def articles(site: Site, browser: Browser) -> dict[str, Article]:
                 continue
             after = shown[index + 1] if index + 1 < len(shown) else None
             output = after["code"] if after and after["title"] == OUTPUT else None
-            continues = box["title"] == CONTINUES
-            blocks.append(
-                Block(path, len(blocks) + 1, box["code"], output, continues, box["folded"])
-            )
+            blocks.append(Block(path, len(blocks) + 1, box["code"], output, box["folded"]))
         (notebook,) = page.evaluate(DOWNLOADS)
         found[path] = Article(path, blocks, notebook)
     page.close()
     assert all(article.blocks for article in found.values()), found.keys()
     return found
-
-
-def _alone(reader: Path, blocks: list[Block]) -> list[str | None]:
-    python = str(reader / "venv" / "bin" / "python")
-    given = json.dumps([{"code": block.code, "output": block.output} for block in blocks])
-    return json.loads(_run([python, str(READER)], reader, stdin=given))
 
 
 def _notebook(reader: Path, url: str) -> list[Cell]:
@@ -227,23 +211,22 @@ def _notebook(reader: Path, url: str) -> list[Cell]:
     return cells
 
 
-def _run_articles(reader: Path, articles: list[Article]) -> dict[str, Run]:
-    """Each article's blocks alone, and its notebook: all of them side by side."""
+def _run_articles(reader: Path, articles: list[Article]) -> dict[str, list[Cell]]:
+    """Each article's notebook, run top to bottom, side by side: its code cells, by article."""
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        alone = {a.path: pool.submit(_alone, reader, a.blocks) for a in articles}
         cells = {a.path: pool.submit(_notebook, reader, a.notebook) for a in articles}
-        return {a.path: Run(alone[a.path].result(), cells[a.path].result()) for a in articles}
+        return {path: future.result() for path, future in cells.items()}
 
 
 @pytest.fixture(scope="session")
-def plain_runs(reader: Path, articles: dict[str, Article]) -> dict[str, Run]:
+def plain_runs(reader: Path, articles: dict[str, Article]) -> dict[str, list[Cell]]:
     """The articles that name no extra, run with the plain package only (see `_run_articles`)."""
     return _run_articles(reader, [a for path, a in articles.items() if not _needs_extras(path)])
 
 
 @pytest.fixture(scope="session")
 def full_reader(
-    reader: Path, install_commands: dict[str, list[str]], plain_runs: dict[str, Run]
+    reader: Path, install_commands: dict[str, list[str]], plain_runs: dict[str, list[Cell]]
 ) -> Path:
     """The reader's folder once the plain articles have run and the extras are installed."""
     python = str(reader / "venv" / "bin" / "python")
@@ -253,8 +236,8 @@ def full_reader(
 
 @pytest.fixture(scope="session")
 def runs(
-    full_reader: Path, articles: dict[str, Article], plain_runs: dict[str, Run]
-) -> dict[str, Run]:
+    full_reader: Path, articles: dict[str, Article], plain_runs: dict[str, list[Cell]]
+) -> dict[str, list[Cell]]:
     """Every article's run, in reading order: the articles that name an extra run now, with the extras."""
     rest = _run_articles(full_reader, [a for path, a in articles.items() if path not in plain_runs])
     return {path: (plain_runs | rest)[path] for path in articles}
@@ -283,33 +266,10 @@ def _in_order(article: Article, cells: list[Cell]) -> list[str]:
 
 
 def test_every_article_runs_in_order_as_copied(
-    articles: dict[str, Article], runs: dict[str, Run]
+    articles: dict[str, Article], runs: dict[str, list[Cell]]
 ) -> None:
-    problems = [p for path, run in runs.items() for p in _in_order(articles[path], run.cells)]
+    problems = [p for path, cells in runs.items() for p in _in_order(articles[path], cells)]
     assert not problems, "\n".join(problems)
-
-
-def test_blocks_that_fail_alone_are_marked_as_continuations(
-    articles: dict[str, Article], runs: dict[str, Run]
-) -> None:
-    """A block runs alone and prints what the page shows, or its title says that it continues the one above.
-
-    A marked block may still run alone when it only defines names that it uses later (a class whose
-    methods read the page's constants): it is counted, not failed.
-    """
-    results = [
-        (block, error)
-        for path, run in runs.items()
-        for block, error in zip(articles[path].blocks, run.alone, strict=True)
-    ]
-    unmarked = [f"{block}: {error}" for block, error in results if error and not block.continues]
-    assert not unmarked, "\n".join(unmarked)
-    alone = sum(error is None and not block.continues for block, error in results)
-    defining = sum(error is None and block.continues for block, error in results)
-    print(
-        f"\nblocks that run alone: {alone}; marked as continuations: {len(results) - alone}"
-        f" (of which {defining} only define names and run alone too)"
-    )
 
 
 def test_every_notebook_offered_runs(
