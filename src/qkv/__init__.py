@@ -36,6 +36,7 @@ from qkv.multihead import MultiHeadAttention
 from qkv.paged import PagedKVCache, paged_attention
 from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 from qkv.rope_scaling import rope_frequencies
+from qkv.speculative import SpeculativeStats, speculative_generate
 
 __all__ = [
     "GPT",
@@ -47,6 +48,7 @@ __all__ = [
     "MultiHeadLatentAttention",
     "PagedKVCache",
     "PerformerFeatures",
+    "SpeculativeStats",
     "TransformerBlock",
     "additive_to_keep",
     "alibi_bias",
@@ -82,4 +84,5 @@ __all__ = [
     "sliding_window_attention",
     "sliding_window_mask",
     "sparse_mask",
+    "speculative_generate",
 ]

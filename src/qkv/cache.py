@@ -8,7 +8,7 @@ read back at every step instead of being recomputed from the whole sequence.
 import torch
 from torch import Tensor
 
-from qkv._checks import check_same_dtype_and_device, check_tensor, shape
+from qkv._checks import check_same_dtype_and_device, check_sizes, check_tensor, shape
 
 
 class KVCache:
@@ -61,6 +61,18 @@ class KVCache:
         return self.key, self.value
 
     # --8<-- [end:update]
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` tokens and forget the rest (drafted tokens that were rejected, say).
+
+        Raises:
+            TypeError, ValueError: `length` not an int in `[0, len(self)]`.
+        """
+        check_sizes(0, length=length)
+        if length > len(self):
+            raise ValueError(f"length must be at most the {len(self)} tokens cached, got {length}")
+        if self.key is not None:
+            self.key, self.value = self.key[..., :length, :], self.value[..., :length, :]
 
     def _check(self, key: Tensor, value: Tensor) -> None:
         for name, x in (("key", key), ("value", value)):
