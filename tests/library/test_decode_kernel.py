@@ -419,7 +419,8 @@ COMPILE_FOR_GPU = textwrap.dedent(
         assert compiled.metadata.shared <= H100_SHARED_MEMORY, (constants, num_stages)
 
 
-    compile_for_sm90(decode._merge_kernel, {"HEAD_DIM": 128, "BLOCK_SPLITS": 128})
+    for splits in (1, 128):
+        compile_for_sm90(decode._merge_kernel, {"HEAD_DIM": 128, "BLOCK_SPLITS": splits})
     for tables in ({"BlockTables": None}, {}):  # contiguous, paged
         compile_for_sm90(decode._split_kernel, {"HEAD_DIM": 64, "BLOCK_M": 16, "BLOCK_N": 64, **tables})
 

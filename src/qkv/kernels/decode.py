@@ -23,14 +23,14 @@ Causal masking is bottom-right per sequence, as in `qkv.paged_attention`: query 
     query 1   1 1 1 1 0
     query 2   1 1 1 1 1
 
-Every query sees at least key 0, so no row is ever empty; a split can be (a split past a short
-sequence's end, or a row whose keys in the split all lie past its diagonal): it writes zeros and a
-logsumexp of -inf, which the merge weighs by exp(-inf) = 0.
+Every query sees at least key 0, so no output row is ever empty. A row can see no key of one split (a
+split past a short sequence's end, or one whose keys all lie past the row's diagonal): the split then
+writes zeros for it and a logsumexp of -inf, which the merge weighs by exp(-inf) = 0.
 
 Stage 2 (`_merge_kernel`), grid `(B * H * L,)`: with the splits' outputs `o_s` (each normalised by its own
 sum) and logsumexps `lse_s`, the output is `sum_s exp(lse_s - m) o_s / sum_s exp(lse_s - m)`, `m = max_s
-lse_s`. It is a Triton kernel rather than a torch reduction because the torch version is about six
-launches (max, subtract, exp, multiply, two sums, divide, cast) where a decoding step has little else to do.
+lse_s`. It is a Triton kernel rather than a torch reduction because the torch version takes about eight
+launches (max, subtract, exp, multiply, two sums, divide, cast) in a step that otherwise takes two.
 
 The cache is contiguous `(B, H_kv, S, D)` or paged `(P, H_kv, page_size, D)` with block tables `(B,
 max_pages)`: key `j` of sequence `b` lives in page `block_tables[b, j // page_size]`, slot `j % page_size`.
@@ -109,9 +109,8 @@ def _attend_to_keys(
             scores = tl.where(cols[None, :] <= positions[:, None], scores, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, 1))
         shift = m_new
-        if (
-            MASKED
-        ):  # a row with no key in this split yet: shift by 0, so that exp2(-inf) gives 0, not NaN
+        if MASKED:
+            # A row with no key in this split yet keeps m = -inf: shift by 0, so exp2(-inf) gives 0, not NaN.
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(scores - shift[:, None])
         alpha = tl.exp2(m_i - shift)
