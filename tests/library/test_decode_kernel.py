@@ -16,6 +16,8 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import qkv
 from qkv.kernels import contract, decode
@@ -115,6 +117,27 @@ def test_paged_cache_matches_torch_and_paged_attention(dtype, seqlen_q, page_siz
     key_pages, value_pages = (pool.double().nan_to_num(0.0) for pool in (key_pages, value_pages))
     expected = qkv.paged_attention(q.double(), key_pages, value_pages, tables.clamp(min=0), lengths)
     torch.testing.assert_close(out.double(), expected, rtol=0, atol=3e-3)
+
+
+@given(
+    seqlen_q=st.integers(1, 8),
+    extra=st.lists(st.integers(0, 40), min_size=1, max_size=2),
+    heads=st.sampled_from([(2, 2), (4, 1), (6, 2)]),
+    page_size=st.one_of(st.none(), st.integers(1, 20)),
+    num_splits=st.integers(1, 6),
+)
+@settings(max_examples=15)
+def test_any_lengths_pages_and_splits_match_torch(seqlen_q, extra, heads, page_size, num_splits):
+    lengths = torch.tensor([seqlen_q + n for n in extra], device=DEVICE)  # each at least L
+    torch.manual_seed(int(lengths.sum()))
+    q, k, v = random_cache(len(extra), *heads, seqlen_q, int(lengths.max()))
+    cache, tables = (k, v), None
+    if page_size is not None:
+        *cache, tables = paged(k, v, lengths, page_size, spare_pages=1)
+    out = qkv.decode_attention(
+        q, *cache, lengths=lengths, block_tables=tables, num_splits=num_splits
+    )
+    assert_matches_torch(out, q, k, v, lengths)
 
 
 def test_without_lengths_every_sequence_uses_the_whole_cache():
