@@ -4,12 +4,12 @@
 #   benchmarks/gpu.sh OUT [STAGE ...]
 #
 # Run from the repository root on a machine with an NVIDIA GPU, Python 3, torch and triton (no network, no
-# nox: the package runs from src/). STAGE is env, tests, square or masks; no STAGE runs all four in that
-# order. Where each command may run at most 10 minutes, run one stage per command: each stage stops itself
+# nox: the package runs from src/). STAGE is env, tests, square, masks or split-kv; no STAGE runs all five in
+# that order. Where each command may run at most 10 minutes, run one stage per command: each stage stops itself
 # before then, and the benchmark stages save their JSON after every case. What each stage writes into OUT:
 #
 #   env     nvidia-smi.txt (nvidia-smi -q), versions.json (GPU, driver, CUDA, torch, triton, cuDNN, date)
-#   tests   tests.txt: the kernel's tests on CUDA in float16 and bfloat16 (TRITON_INTERPRET=0; the
+#   tests   tests.txt: the kernels' tests on CUDA in float16 and bfloat16 (TRITON_INTERPRET=0; the
 #           autotuner off, QKV_FLASH_AUTOTUNE=0, so that correctness takes minutes), then the article's
 #           CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed: a machine without a package
 #           index gets it from WHEELS, a folder of wheels brought along (pytest_codeblocks-0.18.0 is pure
@@ -18,17 +18,22 @@
 #           HEAD_DIMS=64 to measure only what an earlier run left out), bfloat16
 #   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
 #           64k, key padding, causal 128k (SUITES, e.g. SUITES="window long"); D = 128, bfloat16
+#   split-kv  bench-split-kv.json: qkv.decode_attention (default splits, one split, a paged cache of
+#           16-token pages) against torch's SDPA and qkv-flash: 1, 4 and 16 queries, GQA 32/8, 4k to
+#           128k keys for 4 sequences and 4k to 32k for 16; D = 128, bfloat16 (DECODE_PATHS to choose
+#           paths). About 150 cases: expect 4 to 6 minutes, compiling and autotuning included
 #
-# PATHS names the paths both benchmark stages time (default: every path; "torch qkv-flash" is what the
-# table below needs). square and masks also add their qkv-flash and torch times to OUT/measured.json, the table that
-# qkv.attention's "auto" reads: commit it as src/qkv/kernels/measured.json, and the bench JSON under docs/.
+# PATHS names the paths the square and masks stages time (default: every path; "torch qkv-flash" is what the
+# table below needs). square, masks and split-kv also add their qkv-flash and torch times to OUT/measured.json,
+# the table that qkv.attention's "auto" reads: commit it as src/qkv/kernels/measured.json, and the bench JSON
+# under docs/.
 # Every case is checked against the float32 reference before it is timed (status "wrong" if it fails).
 set -euo pipefail
 
-out=${1:?usage: benchmarks/gpu.sh OUT [env|tests|square|masks ...]}
+out=${1:?usage: benchmarks/gpu.sh OUT [env|tests|square|masks|split-kv ...]}
 shift
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(env tests square masks)
+[ ${#stages[@]} -gt 0 ] || stages=(env tests square masks split-kv)
 mkdir -p "$out"
 export PYTHONPATH=src TRITON_INTERPRET=0 TRITON_DEFAULT_FP_FUSION=1
 python=${PYTHON:-python3}
@@ -37,6 +42,8 @@ limit=${STAGE_SECONDS:-540}  # under the 10 minutes a command may run, with time
 # (the first H100 run saw a stage outlive its limit by minutes), so KILL follows 20 s later.
 stop=(timeout --kill-after=20)
 read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn qkv-flash}"
+# torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left)
+read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged}"
 
 for stage in "${stages[@]}"; do
   echo "== $stage ($(date -u +%FT%TZ))"
@@ -65,7 +72,8 @@ PY
       # the sm_90 compile test is for machines without a GPU: here every kernel compiles for real
       QKV_FLASH_AUTOTUNE=0 "${stop[@]}" "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
         -k "not test_kernels_compile_for_a_gpu" tests/library/test_flash.py \
-        tests/library/test_dispatch.py tests/library/test_tiles.py 2>&1 | tee "$out/tests.txt" || true
+        tests/library/test_decode_kernel.py tests/library/test_dispatch.py tests/library/test_tiles.py \
+        2>&1 | tee "$out/tests.txt" || true
       if [ -n "${WHEELS:-}" ]; then
         "$python" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl || true
       fi
@@ -86,8 +94,13 @@ PY
         --dtype bf16 --head-dim 128 --paths "${paths[@]}" \
         --out "$out/bench-masks.json" --table "$out/measured.json" || true
       ;;
+    split-kv)
+      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv_lab.bench --suite split-kv --dtype bf16 \
+        --head-dim 128 --paths "${decode_paths[@]}" \
+        --out "$out/bench-split-kv.json" --table "$out/measured.json" || true
+      ;;
     *)
-      echo "unknown stage $stage: use env, tests, square or masks" >&2
+      echo "unknown stage $stage: use env, tests, square, masks or split-kv" >&2
       exit 2
       ;;
   esac

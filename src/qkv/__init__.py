@@ -21,7 +21,7 @@ from qkv.efficient import (
 from qkv.flex import block_mask, flex_attention
 from qkv.functional import attention_weights, scaled_dot_product_attention
 from qkv.gpt import GPT, GPTConfig, generate, next_token_probabilities
-from qkv.kernels import flash_attention
+from qkv.kernels import decode_attention, flash_attention
 from qkv.masks import (
     additive_to_keep,
     causal_mask,
@@ -62,6 +62,7 @@ __all__ = [
     "block_mask",
     "block_sparse_attention",
     "causal_mask",
+    "decode_attention",
     "flash_attention",
     "flex_attention",
     "generate",

@@ -8,12 +8,21 @@ Paths measured:
 - `torch-math`, `torch-flash`, `torch-efficient`, `torch-cudnn`: the same with one torch backend forced by
   `torch.nn.attention.sdpa_kernel`;
 - `qkv-flash`: `qkv.attention(backend="triton")`, the package's Triton kernels (CUDA only: the interpreter's
-  timings would mean nothing).
+  timings would mean nothing);
+- `qkv-decode`, `qkv-decode-unsplit`, `qkv-decode-paged`: `qkv.decode_attention`, the split-KV decoding
+  kernels (CUDA only), for bottom-right causal cases without window or padding (others are `unsupported`):
+  with its default number of splits, with one split (no split: what splitting buys), and reading the same
+  cache copied into a shuffled pool of `DECODE_PAGE_SIZE`-token pages (what the block tables cost). The
+  inputs are checked once, before timing, as a model checks its tables once per step: the time is the
+  kernels' (`qkv.kernels.decode.decode`), not the checks', which read the lengths back from the GPU.
 
 Masks other than top-left causal reach torch as the boolean mask `qkv.attention` builds for them. Suites:
 
 - `square`: L = S = `--n`, `batch * N` = `--tokens`, `heads * D` = `--hidden`, full and causal (`--causal`);
 - `decode`: 1, 4 and 16 queries against 4k to 128k cached keys, bottom-right causal, forward only;
+- `split-kv`: decoding with GQA 32/8: 1, 4 and 16 queries against 4k to 128k keys for 4 sequences and 4k
+  to 32k for 16 (at most 512k cached tokens: the float32 reference of the check expands the key/value
+  heads), bottom-right causal, forward only: the shapes of `qkv.decode_attention`;
 - `gqa`: 32 query heads sharing 8 key/value heads, causal at 4k and 16k, and decoding 16 queries on 32k keys;
 - `window`: a 4k sliding window over 64k keys, causal;
 - `padding`: four sequences of 4k or 16k padded keys, keeping all, 3/4, 1/2 and 1/4 of them (`key_lengths`);
@@ -55,6 +64,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import qkv
 from qkv.dispatch import attention, call_kind
 from qkv.kernels import tiles
 from qkv.masks import Mask
@@ -75,10 +85,13 @@ TORCH_BACKENDS = {
     "torch-efficient": SDPBackend.EFFICIENT_ATTENTION,
     "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
 }
-PATHS = ("reference", "torch", *TORCH_BACKENDS, "qkv-flash")
+DECODE_PATHS = ("qkv-decode", "qkv-decode-unsplit", "qkv-decode-paged")
+KERNEL_PATHS = ("qkv-flash", *DECODE_PATHS)  # CUDA only
+PATHS = ("reference", "torch", *TORCH_BACKENDS, *KERNEL_PATHS)
 MODES = ("forward", "forward+backward")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-SUITES = ("square", "decode", "gqa", "window", "padding", "long")
+SUITES = ("square", "decode", "split-kv", "gqa", "window", "padding", "long")
+DECODE_PAGE_SIZE = 16  # tokens per page of the qkv-decode-paged path (vLLM's default block size)
 BACKWARD_FLOPS_FACTOR = 2.5  # the backward pass does 2.5 times the forward's matrix-product FLOPs
 CHECKED_ROWS = 64  # query rows compared with the reference before timing
 
@@ -139,6 +152,8 @@ def attention_function(path: str) -> Attention:
         return lambda q, k, v, **masks: attention(q, k, v, backend=path, **masks)
     if path == "qkv-flash":
         return lambda q, k, v, **masks: attention(q, k, v, backend="triton", **masks)
+    if path in DECODE_PATHS:
+        return _decode_function(path)
     backend = TORCH_BACKENDS[path]
 
     def forced(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
@@ -148,13 +163,69 @@ def attention_function(path: str) -> Attention:
     return forced
 
 
+def _decode_function(path: str) -> Attention:
+    """`qkv.decode_attention` as a path: checked on its first call (and first cache), then the kernels alone.
+
+    `qkv-decode-paged` copies the cache into pages on its first call with a cache, outside the timing.
+    """
+    from qkv.kernels import decode  # imports Triton: only where the path runs, on CUDA
+
+    paged = path == "qkv-decode-paged"
+    num_splits = 1 if path == "qkv-decode-unsplit" else None
+    prepared: dict[tuple[int, int], tuple] = {}  # (k, v)'s storage -> the kernels' cache arguments
+
+    def call(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
+        kept = masks["is_causal"] == "bottom_right" and masks["window"] is None
+        if not kept or masks["key_lengths"] is not None:
+            raise ValueError(
+                "decode_attention computes bottom-right causal attention without window or padding"
+            )
+        if (k.data_ptr(), v.data_ptr()) not in prepared:
+            lengths = torch.full((q.size(0),), k.size(2), device=q.device, dtype=torch.int32)
+            cache = (*to_pages(k, v, DECODE_PAGE_SIZE), lengths) if paged else (k, v, None, lengths)
+            key_cache, value_cache, tables, _ = cache
+            qkv.decode_attention(
+                q,
+                key_cache,
+                value_cache,
+                lengths=lengths,
+                block_tables=tables,
+                num_splits=num_splits,
+            )  # the public checks, once
+            prepared.clear()
+            prepared[k.data_ptr(), v.data_ptr()] = cache
+        key_cache, value_cache, tables, lengths = prepared[k.data_ptr(), v.data_ptr()]
+        return decode.decode(q, key_cache, value_cache, lengths, tables, num_splits, None)
+
+    return call
+
+
+def to_pages(k: Tensor, v: Tensor, page_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A contiguous cache `(B, H_kv, S, D)` as pools `(P, H_kv, page_size, D)` in a seeded shuffled order,
+    and the block tables `(B, S / page_size)` that read it back; S must be a multiple of `page_size`."""
+    batch, heads_kv, seqlen_k, head_dim = k.shape
+    per_sequence = seqlen_k // page_size
+    generator = torch.Generator().manual_seed(0)
+    tables = torch.randperm(batch * per_sequence, generator=generator).to(k.device, torch.int32)
+    tables = tables.view(batch, per_sequence)  # (B, max_pages): page n of sequence b
+    pools = []
+    for cache in (k, v):
+        pages = cache.view(batch, heads_kv, per_sequence, page_size, head_dim).transpose(1, 2)
+        pool = torch.empty(
+            batch * per_sequence, heads_kv, page_size, head_dim, dtype=k.dtype, device=k.device
+        )
+        pool[tables.flatten()] = pages.flatten(0, 1)  # (B * pages, H_kv, page_size, D)
+        pools.append(pool)
+    return *pools, tables
+
+
 def measure(case: Case, device: torch.device) -> dict:
     """Check and time one case; return its fields with `status`, `ms`, `tflops`, memory and `reason`."""
     record = {**dataclasses.asdict(case), "status": "ok", "ms": None, "tflops": None}
     record |= {"peak_memory_bytes": None, "reason": None, "error": None, "allowed_error": None}
     # sm_clock_mhz: read just after the timing, the clock the case ran at (near enough)
     record |= {"sm_clock_mhz": None}
-    if case.path == "qkv-flash" and device.type != "cuda":
+    if case.path in KERNEL_PATHS and device.type != "cuda":
         return record | {"status": "unsupported", "reason": "needs CUDA"}
     try:
         with _warnings_as_reason() as reasons:
@@ -297,6 +368,11 @@ def _shapes(suite: str, head_dim: int, args: argparse.Namespace) -> Iterator[tup
         for seqlen_k in (4096, 16384, 65536, 131072):
             for seqlen_q in (1, 4, 16):
                 yield _shape(seqlen_q, seqlen_k, 4, heads, heads, "bottom_right"), ("forward",)
+    elif suite == "split-kv":
+        for batch, lengths in ((4, (4096, 16384, 65536, 131072)), (16, (4096, 16384, 32768))):
+            for seqlen_k in lengths:
+                for seqlen_q in (1, 4, 16):
+                    yield _shape(seqlen_q, seqlen_k, batch, 32, 8, "bottom_right"), ("forward",)
     elif suite == "gqa":
         for n in (4096, 16384):
             yield _shape(n, n, max(1, args.tokens // n), 32, 8, causal="top_left"), MODES

@@ -199,3 +199,48 @@ def test_bad_arguments_exit_with_a_message(argv, message, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--device", "cpu", *argv])
     assert message in capsys.readouterr().err
+
+
+def test_split_kv_suite_holds_the_decoding_shapes():
+    argv = ["--device", "cpu", "--suite", "split-kv", "--head-dim", "128", "--dtype", "bf16"]
+    todo = bench.cases(bench.parse_args([*argv, "--paths", "torch", *bench.DECODE_PATHS]))
+    assert {c.path for c in todo} == {"torch", *bench.DECODE_PATHS}
+    assert {(c.heads, c.heads_kv, c.causal, c.mode) for c in todo} == {
+        (32, 8, "bottom_right", "forward")
+    }
+    assert {c.seqlen_q for c in todo} == {1, 4, 16}
+    assert {c.batch for c in todo} == {4, 16}
+    assert min(c.seqlen_k for c in todo) == 4096
+    assert max(c.seqlen_k for c in todo) == 131072
+    assert max(c.batch * c.seqlen_k for c in todo) <= 2**19  # what the float32 check can expand
+
+
+def test_decode_paths_need_cuda_in_the_report():
+    record = bench.measure(case("qkv-decode-paged", causal="bottom_right"), torch.device("cpu"))
+    assert (record["status"], record["reason"]) == ("unsupported", "needs CUDA")
+
+
+@pytest.mark.parametrize("path", bench.DECODE_PATHS)
+def test_decode_paths_compute_attention(path):
+    # Under the interpreter (tests/conftest.py) the kernels run on the CPU: each path, pages included.
+    q = torch.randn(2, 4, 3, 16, dtype=torch.float16)
+    k, v = (
+        torch.randn(2, 2, 2 * bench.DECODE_PAGE_SIZE, 16, dtype=torch.float16) for _ in range(2)
+    )
+    masks = {"is_causal": "bottom_right", "window": None, "key_lengths": None, "enable_gqa": True}
+    out = bench.attention_function(path)(q, k, v, **masks)
+    expected = qkv.attention(q.double(), k.double(), v.double(), backend="reference", **masks)
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=3e-3)
+    with pytest.raises(ValueError, match="bottom-right causal attention without window or padding"):
+        bench.attention_function(path)(q, k, v, **masks | {"is_causal": "top_left"})
+
+
+def test_pages_read_back_the_cache():
+    k, v = torch.randn(2, 2, 3, 12, 4).unbind()  # (B, H_kv, S, D) = (2, 3, 12, 4) twice
+    key_pages, value_pages, tables = bench.to_pages(k, v, page_size=4)
+    assert key_pages.shape == (6, 3, 4, 4)
+    assert sorted(tables.flatten().tolist()) == list(range(6))
+    assert tables.tolist() != [[0, 1, 2], [3, 4, 5]]  # shuffled
+    for pages, cache in ((key_pages, k), (value_pages, v)):
+        gathered = pages[tables.long()].transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, D)
+        assert torch.equal(gathered, cache)

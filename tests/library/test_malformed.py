@@ -33,12 +33,14 @@ CALLABLES: dict[str, Callable] = {
         q, k, v, torch.randn(4, N, dtype=torch.float64)
     ),
     "flash_attention": qkv.flash_attention,
+    "decode_attention": qkv.decode_attention,
 }
 WITHOUT_VALUE = {"attention_weights", "linear_attention_weights"}  # nothing to spoil in their value
 
 
 def _valid(name: str) -> dict[str, torch.Tensor]:
-    dtype = torch.float16 if name == "flash_attention" else torch.float64  # the kernels' dtypes
+    kernels = ("flash_attention", "decode_attention")
+    dtype = torch.float16 if name in kernels else torch.float64  # the kernels' dtypes
     return {name: torch.randn(B, H, N, E, dtype=dtype) for name in ("query", "key", "value")}
 
 

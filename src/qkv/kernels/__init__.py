@@ -73,3 +73,58 @@ def flash_attention(
     from qkv.kernels.flash import flash_attention as kernel
 
     return kernel(q, k, v, causal, scale, window=window, key_lengths=key_lengths)
+
+
+def decode_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    lengths: Tensor | None = None,
+    block_tables: Tensor | None = None,
+    num_splits: int | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Attention of each sequence's newest L queries on its cached keys, by split-KV Triton kernels (decoding).
+
+    Query `i` of sequence `b` is its token `lengths[b] - L + i` and sees the cached tokens `0 ..
+    lengths[b] - L + i` (causal, aligned bottom-right per sequence: the queries' own keys and values are
+    already in the cache), exactly `qkv.paged_attention`. The keys are split into `num_splits` slices
+    read by separate programs, whose partial softmaxes are merged by their logsumexps (Flash-Decoding);
+    the query heads sharing a key/value head read each key tile once. Forward only: no gradients. Runs on
+    CUDA tensors, and on CPU tensors under Triton's interpreter (float16 only), like `flash_attention`.
+
+    Args:
+        q: `(B, H, L, D)` queries, float16 or bfloat16, `1 <= L <= 64` (built for 1 to 16), `D` in 16,
+            32, 64, 128.
+        k: the key cache, same dtype and device: contiguous `(B, H_kv, S, D)`, or with `block_tables` a
+            pool of pages `(P, H_kv, page_size, D)`; `H_kv` divides `H`, and query head `h` reads key
+            head `h // (H // H_kv)`.
+        v: the value cache, the shape of `k`.
+        lengths: integer `(B,)` on the inputs' device: the tokens cached per sequence, in `[L, S]` (S
+            when None), or `[L, max_pages * page_size]` when paged (needed then).
+        block_tables: integer `(B, max_pages)`: each sequence's pages in order; entries past its last
+            page are not read. None for a contiguous cache.
+        num_splits: slices of the keys per sequence, in [1, 128]; None chooses enough to fill the GPU
+            (`qkv.kernels.decode.default_splits`). Splits past a sequence's keys do nothing.
+        scale: multiplies the scores; `1 / sqrt(D)` when None.
+
+    Returns:
+        `(B, H, L, D)`, in the inputs' dtype.
+
+    Raises:
+        ModuleNotFoundError: Triton is not installed (the `kernel` extra).
+        TypeError: a non-tensor, a dtype other than float16/bfloat16 (bfloat16 under the interpreter),
+            tensors of different dtypes, non-integer lengths or tables, a non-int `num_splits`.
+        ValueError: shapes that disagree (named with the shapes), an unsupported head size or L, tensors
+            on different devices, CPU tensors without `TRITON_INTERPRET=1`, paged without lengths, a
+            length below L or above the capacity, a page index outside `[0, P)` among the pages read,
+            `num_splits` outside [1, 128], or inputs that require grad while grad mode is on.
+    """
+    if not triton_installed():
+        raise ModuleNotFoundError(NO_TRITON, name="triton")
+    from qkv.kernels.decode import decode_attention as kernel
+
+    return kernel(
+        q, k, v, lengths=lengths, block_tables=block_tables, num_splits=num_splits, scale=scale
+    )

@@ -163,3 +163,140 @@ def check_kernel_inputs(q: Tensor, k: Tensor, v: Tensor, scale: object) -> None:
     refused = refusal(q, k, v)
     if refused is not None:
         raise refused.error(refused.reason)
+
+
+MAX_DECODE_QUERIES = (
+    64  # decode_attention's L at most: a few new tokens (prefill is flash_attention's)
+)
+MAX_SPLITS = 128  # the merge kernel holds one row's partial outputs of every split at once
+
+
+def check_decode_inputs(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lengths: Tensor | None,
+    block_tables: Tensor | None,
+    num_splits: object,
+    scale: object,
+) -> None:
+    """Raise, naming the argument and the shapes, unless the split-KV decoding kernels can take the call.
+
+    They take `q (B, H, L, D)` with `1 <= L <= MAX_DECODE_QUERIES`, and either a contiguous cache, `k`
+    and `v (B, H_kv, S, D)` with optional `lengths (B,)` in `[L, S]`, or a paged one, `k` and `v
+    (P, H_kv, page_size, D)` with `block_tables (B, max_pages)` and `lengths (B,)` in
+    `[L, max_pages * page_size]` whose pages read lie in `[0, P)`. Same dtype (float16 or bfloat16) and
+    device for q, k, v; integer tables and lengths on that device; `H_kv` divides `H`; `D` in
+    `HEAD_DIMS`; `num_splits` None or an int in `[1, MAX_SPLITS]`; no gradients asked for (grad mode
+    and `requires_grad`). Reading the
+    lengths and tables synchronises with the GPU.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x)
+        if x.dim() != 4:
+            layout = "(B, H, L, D)" if name == "q" else "(B, H_kv, S, D) or (P, H_kv, page_size, D)"
+            raise ValueError(f"{name} must be 4-D {layout}, got shape {shape(x)}")
+    check_same_dtype_and_device(q=q, k=k, v=v)
+    check_scale(scale)
+    if q.dtype not in DTYPES:
+        raise TypeError(
+            f"q has dtype {q.dtype}; decode_attention takes torch.float16 or torch.bfloat16"
+        )
+    batch, heads, seqlen_q, head_dim = q.shape
+    shapes = f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape: k {shape(k)} vs v {shape(v)}")
+    if heads % k.size(1) != 0:
+        raise ValueError(
+            f"k's heads H_kv must divide q's heads H (grouped-query attention): {shapes}"
+        )
+    if k.size(3) != head_dim or head_dim not in HEAD_DIMS:
+        raise ValueError(f"q, k and v need one head size D in {HEAD_DIMS}: {shapes}")
+    if not 1 <= seqlen_q <= MAX_DECODE_QUERIES:
+        raise ValueError(
+            f"decode_attention takes 1 to {MAX_DECODE_QUERIES} new queries L (use flash_attention "
+            f"for longer ones): q {shape(q)}"
+        )
+    if max(batch, k.size(1)) > MAX_GRID_YZ:
+        raise ValueError(
+            f"B and H_kv must each be at most {MAX_GRID_YZ} (a launch grid axis): {shapes}"
+        )
+    if num_splits is not None:
+        if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+            raise TypeError(f"num_splits must be an int or None, got {type(num_splits).__name__}")
+        if not 1 <= num_splits <= MAX_SPLITS:
+            raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+        raise ValueError(
+            "decode_attention computes no gradients (forward only, for inference): call it under "
+            "torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad"
+        )
+    capacity = _check_cache_layout(q, k, lengths, block_tables)
+    if q.device.type == "cpu" and not interpreted():
+        raise ValueError(
+            f"q, k and v are on the CPU {shape(q)}: decode_attention needs CUDA tensors, or Triton's "
+            "interpreter (TRITON_INTERPRET=1 set before triton is imported)"
+        )
+    if interpreted() and q.dtype == torch.bfloat16:
+        raise TypeError(
+            "q has dtype torch.bfloat16, which Triton's interpreter cannot multiply; use float16, or "
+            "run on a GPU"
+        )
+    if lengths is not None:
+        _check_lengths(lengths, seqlen_q, capacity, k.size(2), block_tables, k.size(0))
+
+
+def _check_cache_layout(
+    q: Tensor, k: Tensor, lengths: Tensor | None, block_tables: Tensor | None
+) -> int:
+    """Check the shapes, dtypes and devices of `lengths` and `block_tables`; return the cache's capacity."""
+    batch = q.size(0)
+    for name, x in (("lengths", lengths), ("block_tables", block_tables)):
+        if x is None:
+            continue
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
+        if x.device != q.device:
+            raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
+    if lengths is not None and lengths.shape != (batch,):
+        raise ValueError(f"lengths must be (B,) = ({batch},), got {shape(lengths)}")
+    if block_tables is None:
+        if k.size(0) != batch:
+            raise ValueError(
+                f"a contiguous cache k (B, H_kv, S, D) needs q's batch size B: q {shape(q)}, "
+                f"k {shape(k)} (for a paged cache, pass block_tables and lengths)"
+            )
+        return k.size(2)
+    if lengths is None:
+        raise ValueError("a paged cache (block_tables given) needs lengths (B,): the tokens cached")
+    if block_tables.dim() != 2 or block_tables.size(0) != batch:
+        raise ValueError(
+            f"block_tables must be (B, max_pages) with B = {batch}, got {shape(block_tables)}"
+        )
+    return block_tables.size(1) * k.size(2)
+
+
+def _check_lengths(
+    lengths: Tensor,
+    seqlen_q: int,
+    capacity: int,
+    page_size: int,
+    block_tables: Tensor | None,
+    pages: int,
+) -> None:
+    """Raise unless every length lies in `[L, capacity]` and, paged, every page read lies in `[0, P)`."""
+    if ((lengths < seqlen_q) | (lengths > capacity)).any():
+        where = "max_pages * page_size" if block_tables is not None else "S"
+        raise ValueError(
+            f"lengths must be at least L = {seqlen_q} (the new queries' own tokens are cached) and at "
+            f"most {capacity} ({where}), got {lengths.tolist()}"
+        )
+    if block_tables is None:
+        return
+    pages_read = (lengths[:, None] + page_size - 1) // page_size  # (B, 1)
+    read = block_tables[torch.arange(block_tables.size(1), device=lengths.device) < pages_read]
+    if read.numel() and (read.min() < 0 or read.max() >= pages):
+        outside = read[(read < 0) | (read >= pages)].tolist()
+        raise ValueError(f"block_tables reads pages outside the pool's {pages}: {outside}")

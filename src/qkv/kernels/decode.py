@@ -1,0 +1,309 @@
+"""Split-KV decoding ("flash-decoding") in Triton: a few new queries against a long cache, keys split across programs.
+
+Why split. When a model decodes, each sequence brings one to a few new queries (L = 1..16) and a cache of
+thousands of keys. FlashAttention's parallelism is over blocks of queries, batch and heads; with a single
+block of queries that is `B * H` programs, too few to keep a GPU's memory busy while each walks the whole
+cache alone. Dao et al. (2023, Flash-Decoding) split the keys instead: each program reads one slice of the
+cache and writes a partial output with the logsumexp of its scores; a second step merges the slices.
+
+Stage 1 (`_split_kernel`), grid `(num_splits, H_kv * row_blocks, B)`: one program takes one split of one
+sequence's keys for the query heads that share one key/value head. Their queries, `group = H // H_kv` heads
+by L tokens, are `group * L` rows in one tile (`BLOCK_M` rows, more than one tile only when they exceed 64):
+each key tile is loaded once for the whole group, which is what grouped-query attention saves in decoding.
+Row `r` of the tile is query `r % L` of head `kv_head * group + r // L`; in `(B, H, L)` order the group's
+rows are consecutive, so they are one `(group * L, D)` matrix in memory. The loop over key tiles is
+FlashAttention's online softmax (`qkv.kernels.flash`), in base 2; tiles that every query sees fully run
+without a mask, the last tiles (the causal edge) with one.
+
+Causal masking is bottom-right per sequence, as in `qkv.paged_attention`: query `i` of a sequence of
+`length` tokens is token `length - L + i` and sees keys `j <= length - L + i`. For L = 3, length = 5:
+
+        keys  0 1 2 3 4
+    query 0   1 1 1 0 0
+    query 1   1 1 1 1 0
+    query 2   1 1 1 1 1
+
+Every query sees at least key 0, so no output row is ever empty. A row can see no key of one split (a
+split past a short sequence's end, or one whose keys all lie past the row's diagonal): the split then
+writes zeros for it and a logsumexp of -inf, which the merge weighs by exp(-inf) = 0.
+
+Stage 2 (`_merge_kernel`), grid `(B * H * L,)`: with the splits' outputs `o_s` (each normalised by its own
+sum) and logsumexps `lse_s`, the output is `sum_s exp(lse_s - m) o_s / sum_s exp(lse_s - m)`, `m = max_s
+lse_s`. It is a Triton kernel rather than a torch reduction because the torch version takes about eight
+launches (max, subtract, exp, multiply, two sums, divide, cast) in a step that otherwise takes two.
+
+The cache is contiguous `(B, H_kv, S, D)` or paged `(P, H_kv, page_size, D)` with block tables `(B,
+max_pages)`: key `j` of sequence `b` lives in page `block_tables[b, j // page_size]`, slot `j % page_size`.
+The kernel reads both the same way, a contiguous cache being the pool of B pages of S tokens whose page
+`b` belongs to sequence `b`; keys at or past a sequence's length, and table entries for pages it does not
+use, are never read. Forward only: no gradients. Limits: `qkv.kernels.contract.check_decode_inputs`.
+"""
+
+# Triton's convention: upper-case names for pointers and compile-time constants.
+# ruff: noqa: N803, N806
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from qkv.kernels import contract
+from qkv.kernels.flash import AUTOTUNE, INTERPRETED, LOG2E, _on_device
+
+MAX_ROWS = 64  # query rows per program: a GQA group's queries beyond this take several programs
+MIN_KEYS_PER_SPLIT = 256  # the default never splits finer: each program gets a few tiles at least
+
+
+@triton.jit
+def _key_rows(
+    BlockTable, sequence, kv_head, cols, kv_len, heads_kv, page_size, MASKED: tl.constexpr
+):
+    """Where keys `cols` of one sequence and key/value head lie: rows of the cache seen as `(rows, D)`.
+
+    Paged (`BlockTable` given): page `table[j // page_size]`, slot `j % page_size` of a `(P, H_kv,
+    page_size, D)` pool. Contiguous: page `sequence`, slot `j`, of `(B, H_kv, S, D)` with `page_size = S`.
+    With MASKED, keys at or past `kv_len` read no table entry (their rows are not used).
+    """
+    if BlockTable is not None:
+        if MASKED:
+            page = tl.load(BlockTable + cols // page_size, mask=cols < kv_len, other=0)
+        else:
+            page = tl.load(BlockTable + cols // page_size)
+        slot = cols % page_size
+    else:
+        page = sequence
+        slot = cols
+    return (
+        page.to(tl.int64) * heads_kv + kv_head
+    ) * page_size + slot  # int64: pools past 2**31 elements
+
+
+@triton.jit
+def _load_keys(Ptr, key_rows, cols, kv_len, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
+    """The `(BLOCK_N, HEAD_DIM)` rows `key_rows` of `Ptr`; with MASKED, keys at or past `kv_len` read as zeros."""
+    pointers = Ptr + key_rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    if MASKED:
+        return tl.load(pointers, mask=(cols < kv_len)[:, None], other=0.0)
+    return tl.load(pointers)
+
+
+# --8<-- [start:inner-loop]
+@triton.jit
+def _attend_to_keys(
+    acc, l_i, m_i,  # the running output, sum and maximum of the BLOCK_M query rows
+    q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions, kv_len, start, end, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """Fold the key tiles in `[start, end)` into the rows; MASKED tiles cross a row's diagonal."""
+    for tile in range(start, end, BLOCK_N):
+        cols = tile + tl.arange(0, BLOCK_N)
+        key_rows = _key_rows(
+            BlockTable, sequence, kv_head, cols, kv_len, heads_kv, page_size, MASKED
+        )
+        k = _load_keys(K, key_rows, cols, kv_len, HEAD_DIM, MASKED)
+        v = _load_keys(V, key_rows, cols, kv_len, HEAD_DIM, MASKED)
+        scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
+        if MASKED:  # query at position p sees keys j <= p (and so none at or past kv_len)
+            scores = tl.where(cols[None, :] <= positions[:, None], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        shift = m_new
+        if MASKED:
+            # A row with no key in this split yet keeps m = -inf: shift by 0, so exp2(-inf) gives 0, not NaN.
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(scores - shift[:, None])
+        alpha = tl.exp2(m_i - shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+# --8<-- [end:inner-loop]
+
+
+# --8<-- [start:split-kernel]
+@triton.jit(do_not_specialize=["seqlen_q", "heads_kv", "group", "page_size", "num_splits"])
+def _split_kernel(
+    Q, K, V, BlockTables, Lengths,  # (B, H, L, D), cache twice, (B, max_pages) or None, (B,)
+    PartialOut, PartialLSE,  # (B * H * L, num_splits, D), (B * H * L, num_splits), float32
+    qk_scale, seqlen_q, heads_kv, group, page_size, max_pages, num_splits,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One program: one split of one sequence's keys, for (up to BLOCK_M of) one key/value head's queries."""
+    split = tl.program_id(0)
+    group_rows = group * seqlen_q  # the queries of one key/value head: group heads x L tokens
+    row_blocks = tl.cdiv(group_rows, BLOCK_M)
+    kv_head = tl.program_id(1) // row_blocks
+    rows = tl.program_id(1) % row_blocks * BLOCK_M + tl.arange(0, BLOCK_M)  # r = member * L + i
+    sequence = tl.program_id(2)
+    first_row = (sequence.to(tl.int64) * heads_kv + kv_head) * group_rows  # in (B, H, L) order
+    q = tl.load(
+        Q + (first_row + rows[:, None]) * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :],
+        mask=(rows < group_rows)[:, None],
+        other=0.0,
+    )
+    BlockTable = BlockTables
+    if BlockTables is not None:
+        BlockTable = BlockTables + sequence.to(tl.int64) * max_pages
+    kv_len = tl.load(Lengths + sequence)
+    positions = kv_len - seqlen_q + rows % seqlen_q  # query i is token kv_len - L + i
+
+    # This split's keys [lo, hi): the sequence's tiles shared out evenly, whole tiles per split.
+    per_split = tl.cdiv(tl.cdiv(kv_len, BLOCK_N), num_splits) * BLOCK_N
+    lo = split * per_split
+    hi = min(lo + per_split, kv_len)
+    seen_by_all = (kv_len - seqlen_q + 1) // BLOCK_N * BLOCK_N  # keys below: full tiles, no mask
+    mid = min(max(lo, seen_by_all), hi)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of the scores (log2 units)
+    l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(scores - m_i)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # running sum of exp2(scores - m_i) @ v
+    acc, l_i, m_i = _attend_to_keys(  # full tiles
+        acc, l_i, m_i, q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions,
+        kv_len, lo, mid, qk_scale, HEAD_DIM, BLOCK_N, False,
+    )  # fmt: skip
+    acc, l_i, m_i = _attend_to_keys(  # tiles across the diagonal and the last key
+        acc, l_i, m_i, q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions,
+        kv_len, mid, hi, qk_scale, HEAD_DIM, BLOCK_N, True,
+    )  # fmt: skip
+
+    empty = l_i == 0.0  # no key of this split for this row: zeros, and a weight of exp(-inf) = 0
+    l_i = tl.where(empty, 1.0, l_i)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_i)) / LOG2E)
+    slots = (first_row + rows) * num_splits + split  # (BLOCK_M,): this split's entry of each row
+    kept = rows < group_rows
+    dims = tl.arange(0, HEAD_DIM)
+    tl.store(
+        PartialOut + slots[:, None] * HEAD_DIM + dims[None, :],
+        acc / l_i[:, None],
+        mask=kept[:, None],
+    )
+    tl.store(PartialLSE + slots, lse, mask=kept)
+
+
+# --8<-- [end:split-kernel]
+
+
+# --8<-- [start:merge-kernel]
+@triton.jit(do_not_specialize=["num_splits"])
+def _merge_kernel(
+    PartialOut, PartialLSE, Out,  # (B * H * L, num_splits, D), (B * H * L, num_splits), (B * H * L, D)
+    num_splits, HEAD_DIM: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+):  # fmt: skip
+    """One program: one query row's output, the splits' outputs weighted by their share of the softmax."""
+    row = tl.program_id(0).to(tl.int64)
+    splits = tl.arange(0, BLOCK_SPLITS)
+    dims = tl.arange(0, HEAD_DIM)
+    real = splits < num_splits
+    lse = tl.load(PartialLSE + row * num_splits + splits, mask=real, other=float("-inf"))
+    weights = tl.exp(lse - tl.max(lse, 0))  # (BLOCK_SPLITS,): exp(lse_s - m), 0 for empty splits
+    pointers = PartialOut + (row * num_splits + splits[:, None]) * HEAD_DIM + dims[None, :]
+    partial = tl.load(pointers, mask=real[:, None], other=0.0)  # (BLOCK_SPLITS, HEAD_DIM)
+    out = tl.sum(weights[:, None] * partial, 0) / tl.sum(weights, 0)  # (HEAD_DIM,)
+    tl.store(Out + row * HEAD_DIM + dims, out.to(Out.dtype.element_ty))
+
+
+# --8<-- [end:merge-kernel]
+
+
+# Launch configurations. On a GPU the autotuner times these once per (L, group, page size, head size);
+# `QKV_FLASH_AUTOTUNE=0` runs the first. Under the interpreter, 16-key tiles keep the tests' shapes small.
+def _configs() -> list[triton.Config]:
+    if INTERPRETED:
+        return [triton.Config({"BLOCK_N": 16})]
+    configs = [
+        triton.Config({"BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+        for block_n in (64, 128)
+        for warps in (4, 8)
+        for stages in (2, 3)
+    ]
+    return configs if AUTOTUNE else configs[:1]
+
+
+_tuned_split = triton.autotune(
+    _configs(), key=["seqlen_q", "group", "page_size", "HEAD_DIM", "BLOCK_M"]
+)(_split_kernel)
+
+
+def rows_per_program(group: int, seqlen_q: int) -> int:
+    """BLOCK_M: a key/value head's `group * L` query rows, rounded up to a power of 2 in [16, MAX_ROWS]."""
+    return min(max(16, triton.next_power_of_2(group * seqlen_q)), MAX_ROWS)
+
+
+def default_splits(programs: int, multiprocessors: int, capacity: int) -> int:
+    """How many splits fill the GPU: enough that `programs * splits` is at least twice its
+    multiprocessors, with at least `MIN_KEYS_PER_SPLIT` of the `capacity` keys per split.
+
+    Args:
+        programs: programs without splitting, `B * H_kv * row blocks`.
+        multiprocessors: the GPU's streaming multiprocessors (132 on an H100 SXM).
+        capacity: keys a sequence may hold (S, or `max_pages * page_size`).
+    """
+    wanted = math.ceil(2 * multiprocessors / programs)
+    most = max(1, capacity // MIN_KEYS_PER_SPLIT)
+    return max(1, min(wanted, most, contract.MAX_SPLITS))
+
+
+def decode(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lengths: Tensor,
+    block_tables: Tensor | None,
+    num_splits: int | None,
+    scale: float | None,
+) -> Tensor:
+    """Launch both stages on inputs that `contract.check_decode_inputs` accepts; `lengths` is `(B,)`."""
+    batch, heads, seqlen_q, head_dim = q.shape
+    heads_kv = k.size(1)
+    group = heads // heads_kv
+    block_m = rows_per_program(group, seqlen_q)
+    row_blocks = triton.cdiv(group * seqlen_q, block_m)
+    page_size = k.size(2)
+    max_pages = 1
+    if block_tables is not None:
+        max_pages = block_tables.size(1)
+        block_tables = block_tables.to(torch.int32).contiguous()
+    if num_splits is None:
+        multiprocessors = 1  # under the interpreter: one program at a time
+        if q.is_cuda:
+            multiprocessors = torch.cuda.get_device_properties(q.device).multi_processor_count
+        num_splits = default_splits(
+            batch * heads_kv * row_blocks, multiprocessors, max_pages * page_size
+        )
+    scale = 1 / math.sqrt(head_dim) if scale is None else scale
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    rows = batch * heads * seqlen_q
+    partial_out = torch.empty(rows, num_splits, head_dim, device=q.device, dtype=torch.float32)
+    partial_lse = torch.empty(rows, num_splits, device=q.device, dtype=torch.float32)
+    out = torch.empty_like(q)  # (B, H, L, D), its rows in (B, H, L) order like the partial ones
+    with _on_device(q):
+        _tuned_split[(num_splits, heads_kv * row_blocks, batch)](
+            q, k, v, block_tables, lengths.to(torch.int32).contiguous(), partial_out, partial_lse,
+            scale * LOG2E.value, seqlen_q, heads_kv, group, page_size, max_pages, num_splits,
+            HEAD_DIM=head_dim, BLOCK_M=block_m,
+        )  # fmt: skip
+        _merge_kernel[(rows,)](
+            partial_out, partial_lse, out, num_splits,
+            HEAD_DIM=head_dim, BLOCK_SPLITS=triton.next_power_of_2(num_splits),
+        )  # fmt: skip
+    return out
+
+
+def decode_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    lengths: Tensor | None = None,
+    block_tables: Tensor | None = None,
+    num_splits: int | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Check the inputs and run the kernels; documented, and imported lazily, as `qkv.decode_attention`."""
+    contract.check_decode_inputs(q, k, v, lengths, block_tables, num_splits, scale)
+    if lengths is None:
+        lengths = torch.full((q.size(0),), k.size(2), device=q.device, dtype=torch.int32)
+    return decode(q, k, v, lengths, block_tables, num_splits, scale)
