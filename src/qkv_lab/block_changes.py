@@ -105,6 +105,8 @@ def run(
         counts, and `bits_per_byte` and `seconds` per seed (in the order of `seeds`).
     """
     train, validation = split(encode(text))
+    with _one_thread():  # the thread count that training runs with, as `environment` records it
+        machine = environment(torch.device("cpu"))
     report = {
         "what": "bits per byte on the site text's validation split, one change to the block per rung",
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
@@ -114,7 +116,8 @@ def run(
         "batch": batch,
         "lr": lr,
         "seeds": list(seeds),
-        **environment(torch.device("cpu")),
+        **machine,
+        "timing": "wall-clock seconds of each run (training and scoring), measured once",
         "rungs": [],
     }
     changes = dict(CHANGES)

@@ -62,6 +62,7 @@ def test_the_sweep_reports_every_rung_and_seed(tmp_path):
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert [rung["name"] for rung in report["rungs"]] == ["post-LN", "pre-LN"]
     assert report["validation_bytes"] == 72  # the last tenth of 720 bytes
+    assert report["cpu_threads"] == 1  # as train_gpt trains
     for (_, config), rung in zip(rungs, report["rungs"], strict=True):
         assert rung["config"] == dataclasses.asdict(config)
         assert len(rung["bits_per_byte"]) == len(rung["seconds"]) == 2
