@@ -159,7 +159,7 @@ def _norm(config: GPTConfig, size: int) -> nn.Module:
 
 
 class Attention(nn.Module):
-    """Causal self-attention with grouped key-value heads, optional QK-norm and RoPE, and a KV cache."""
+    """Causal self-attention: grouped key-value heads; QK-norm, RoPE, soft-capping if asked; a KV cache."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
