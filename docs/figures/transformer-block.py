@@ -4,7 +4,9 @@
 `nn.TransformerEncoderLayer` with `norm_first` False or True) on the largest-token task, Adam at 0.01 with no
 warm-up: `qkv_lab.toys.train_max_token`, seed 0, the run the post asserts. `transformer-block-stream`: the
 mean length of a token's vector in the residual stream after each of 12 blocks at initialisation, torch's
-post-LN layer against `qkv.TransformerBlock` (pre-LN).
+post-LN layer against `qkv.TransformerBlock` (pre-LN). `transformer-block-changes`: the small GPT's bits per
+byte on the site text's validation split at each rung of `qkv_lab.block_changes`' ladder, one point per seed,
+read from the recorded sweep (`qkv_lab.results.recorded("block-changes")`), not trained at build time.
 """
 
 import torch
@@ -12,6 +14,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 import qkv
+from qkv_lab.results import recorded
 from qkv_lab.toys import DEPTH, train_max_token
 
 STREAM_WIDTH, STREAM_DEPTH = 64, 12
@@ -70,7 +73,44 @@ def stream_lengths() -> Figure:
     return fig
 
 
+def block_changes() -> Figure:
+    """Bits per byte of each rung of the ladder, a marker per seed; a rung far above the rest is written out."""
+    report = recorded("block-changes")
+    rungs = report["rungs"]
+    on_scale = [bits for rung in rungs[1:] for bits in rung["bits_per_byte"]]
+    low, high = min(on_scale), max(on_scale)
+    margin = (high - low) * 0.15
+    fig = Figure(figsize=(5.5, 4.6), layout="constrained")
+    ax = fig.subplots()
+    for index, (seed, marker) in enumerate(zip(report["seeds"], "osD", strict=True)):
+        rows, bits = [], []
+        for row, rung in enumerate(rungs):
+            if rung["bits_per_byte"][index] <= high + margin:
+                rows.append(row + (index - 1) * 0.15)  # seeds side by side within a rung's row
+                bits.append(rung["bits_per_byte"][index])
+        ax.plot(bits, rows, marker, label=f"seed {seed}", linestyle="none")
+    for row, rung in enumerate(rungs):
+        if max(rung["bits_per_byte"]) > high + margin:
+            values = rung["bits_per_byte"]
+            ax.annotate(
+                f"{min(values):.2f} to {max(values):.2f} →",
+                (1, row),
+                xycoords=("axes fraction", "data"),
+                ha="right",
+                va="center",
+            )
+    ax.set_yticks(range(len(rungs)), [rung["name"] for rung in rungs])
+    ax.set_ylim(len(rungs) - 0.5, -0.5)  # the first rung on top
+    ax.set_xlim(low - margin, high + margin)
+    ax.set_xlabel("validation bits per byte (lower is better)")
+    ax.set_title(f"{report['steps']} steps, each rung adds one change")
+    fig.legend(loc="outside lower center", ncols=len(report["seeds"]))
+    ax.grid(True, axis="x")
+    return fig
+
+
 FIGURES = {
     "transformer-block-pre-post": pre_post_losses,
     "transformer-block-stream": stream_lengths,
+    "transformer-block-changes": block_changes,
 }

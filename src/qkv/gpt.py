@@ -5,11 +5,13 @@
     x = x + MLP(norm(x))
     logits = lm_head(norm(x))
 
-`GPTConfig` chooses the parts: the norm (RMSNorm or LayerNorm), the MLP (SwiGLU or GELU), the positions (RoPE,
-learned, ALiBi or none), QK-norm, grouped key-value heads, tied embeddings. Linear layers have no biases.
-With `norm="rms"`, `mlp="swiglu"`, `positions="rope"` and no QK-norm the model has Llama's shape, and
-`to_transformers` and `from_transformers` convert it to and from `transformers`' `LlamaForCausalLM` (the
-optional extra `qkv[hf]`; imported only by these two functions).
+`GPTConfig` chooses the parts: the norm (RMSNorm or LayerNorm) and where it sits (before each sub-layer, as
+above, or after each residual addition, as in the original Transformer), the MLP (SwiGLU or GELU), the
+positions (RoPE, learned, ALiBi or none), QK-norm, grouped key-value heads, biases in the linear layers,
+soft-capped attention scores, tied embeddings. The defaults are Llama's shape (RMSNorm before each
+sub-layer, SwiGLU, RoPE, no biases, no QK-norm, no soft-capping), and `to_transformers` and
+`from_transformers` convert such a model to and from `transformers`' `LlamaForCausalLM` (the optional extra
+`qkv[hf]`; imported only by these two functions).
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ if TYPE_CHECKING:
 Norm = Literal["rms", "layer"]
 MLPKind = Literal["swiglu", "gelu"]
 Positions = Literal["rope", "learned", "alibi"]
+NormPosition = Literal["pre", "post"]
 NORMS, MLPS, POSITIONS = ("rms", "layer"), ("swiglu", "gelu"), ("rope", "learned", "alibi", None)
+NORM_POSITIONS = ("pre", "post")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,14 +57,20 @@ class GPTConfig:
             grouped-query attention (Ainslie et al., 2023). None: H.
         mlp_width: the MLP's hidden width. None: `4 E` for GELU, `8 E // 3` for SwiGLU (the same number of
             parameters, in three matrices instead of two).
-        norm: `"rms"` (RMSNorm, Zhang and Sennrich, 2019) or `"layer"` (LayerNorm), before each sub-layer
-            and before the output.
+        norm: `"rms"` (RMSNorm, Zhang and Sennrich, 2019) or `"layer"` (LayerNorm).
+        norm_position: `"pre"`, `x + f(norm(x))` for each sub-layer `f`, and a norm before the output; or
+            `"post"`, `norm(x + f(x))` (the original Transformer's), and none before the output (the last
+            block's output is already normalised).
         mlp: `"swiglu"`, `down(silu(gate x) * up x)` (Shazeer, 2020), or `"gelu"`, `down(gelu(up x))`.
         positions: `"rope"` (rotate queries and keys, `qkv.apply_rope`'s half-split layout), `"learned"`
             (an embedding per position, added to the tokens'), `"alibi"` (`qkv.alibi_bias` on the scores) or
             None (the causal mask alone tells order).
         rope_base: RoPE's base; pair `i` of a head turns by `position * rope_base**(-2i/D)`.
         qk_norm: normalise each head's queries and keys (with `norm`, over the head's features) before RoPE.
+        bias: the linear layers of attention and of the MLP add a bias (the output layer never does).
+        softcap: None, or `c > 0`: each attention score `s` (scaled, before ALiBi, the mask and the softmax)
+            becomes `c * tanh(s / c)`, which lies in `(-c, c)` (Gemma 2's attention logit soft-capping).
+            The scores are then computed here, not by a fused kernel.
         tie_embeddings: the output layer reuses the token embedding matrix.
         context: the most positions the model reads at once, cache included.
         norm_eps: the epsilon of every norm.
@@ -68,8 +78,8 @@ class GPTConfig:
     Raises:
         TypeError: a size that is not an int, a flag that is not a bool, a number that is not a number.
         ValueError: a size that is not positive, `heads` not dividing `width`, `kv_heads` not dividing
-            `heads`, an odd head size with RoPE, an unknown `norm`, `mlp` or `positions`, a `rope_base` not
-            above 1, a `norm_eps` not positive.
+            `heads`, an odd head size with RoPE, an unknown `norm`, `norm_position`, `mlp` or `positions`,
+            a `rope_base` not above 1, a `norm_eps` or `softcap` not positive.
     """
 
     vocab_size: int = 256
@@ -79,10 +89,13 @@ class GPTConfig:
     kv_heads: int | None = None
     mlp_width: int | None = None
     norm: Norm = "rms"
+    norm_position: NormPosition = "pre"
     mlp: MLPKind = "swiglu"
     positions: Positions | None = "rope"
     rope_base: float = 10000.0
     qk_norm: bool = False
+    bias: bool = False
+    softcap: float | None = None
     tie_embeddings: bool = True
     context: int = 256
     norm_eps: float = 1e-5
@@ -92,7 +105,12 @@ class GPTConfig:
         check_sizes(
             **{name: getattr(self, name) for name in sizes if getattr(self, name) is not None}
         )
-        for name, choices in (("norm", NORMS), ("mlp", MLPS), ("positions", POSITIONS)):
+        for name, choices in (
+            ("norm", NORMS),
+            ("norm_position", NORM_POSITIONS),
+            ("mlp", MLPS),
+            ("positions", POSITIONS),
+        ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         if self.kv_heads is None:
@@ -113,7 +131,10 @@ class GPTConfig:
             )
         _check_number("rope_base", self.rope_base, above=1.0)
         _check_number("norm_eps", self.norm_eps, above=0.0)
+        if self.softcap is not None:
+            _check_number("softcap", self.softcap, above=0.0)
         check_bool("qk_norm", self.qk_norm)
+        check_bool("bias", self.bias)
         check_bool("tie_embeddings", self.tie_embeddings)
 
     @property
@@ -138,18 +159,20 @@ def _norm(config: GPTConfig, size: int) -> nn.Module:
 
 
 class Attention(nn.Module):
-    """Causal self-attention with grouped key-value heads, optional QK-norm and RoPE, and a KV cache."""
+    """Causal self-attention: grouped key-value heads; QK-norm, RoPE, soft-capping if asked; a KV cache."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = config.heads, config.kv_heads, config.head_dim
-        self.q_proj = nn.Linear(config.width, config.heads * config.head_dim, bias=False)
-        self.k_proj = nn.Linear(config.width, config.kv_heads * config.head_dim, bias=False)
-        self.v_proj = nn.Linear(config.width, config.kv_heads * config.head_dim, bias=False)
-        self.out_proj = nn.Linear(config.heads * config.head_dim, config.width, bias=False)
+        bias = config.bias
+        self.q_proj = nn.Linear(config.width, config.heads * config.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.width, config.kv_heads * config.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.width, config.kv_heads * config.head_dim, bias=bias)
+        self.out_proj = nn.Linear(config.heads * config.head_dim, config.width, bias=bias)
         self.q_norm = _norm(config, config.head_dim) if config.qk_norm else None
         self.k_norm = _norm(config, config.head_dim) if config.qk_norm else None
         self.rope_base = config.rope_base if config.positions == "rope" else None
+        self.softcap = config.softcap
 
     # --8<-- [start:attention]
     def forward(
@@ -166,7 +189,10 @@ class Attention(nn.Module):
             k = apply_rope(k, positions, base=self.rope_base)
         if cache is not None:
             k, v = cache.update(k, v)  # cached tokens first: (B, Hkv, S, D), S = past + L
-        heads = _attention(q, k, v, mask, enable_gqa=True)  # (B, H, L, D)
+        if self.softcap is None:
+            heads = _attention(q, k, v, mask, enable_gqa=True)  # (B, H, L, D)
+        else:
+            heads = softcapped_attention(q, k, v, mask, self.softcap)  # (B, H, L, D)
         return self.out_proj(heads.transpose(1, 2).flatten(2))  # (B, H, L, D) -> (B, L, E)
 
     # --8<-- [end:attention]
@@ -177,15 +203,46 @@ class Attention(nn.Module):
         return x.transpose(1, 2)  # (B, L, heads, D) -> (B, heads, L, D)
 
 
+def softcapped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, softcap: float) -> Tensor:
+    """Attention whose scaled scores are soft-capped, `softcap * tanh(scores / softcap)`, before the mask.
+
+    Args:
+        q: `(B, H, L, D)` queries.
+        k: `(B, Hkv, S, D)` keys, `Hkv` dividing H (each serves `H // Hkv` query heads).
+        v: `(B, Hkv, S, D)` values.
+        mask: the causal mask and any bias (ALiBi's, added after the cap); every query keeps a key.
+        softcap: the cap `c > 0`: every score lies in `(-c, c)`.
+
+    Returns:
+        `(B, H, L, D)`.
+    """
+    groups = q.size(1) // k.size(1)
+    k = k.repeat_interleave(groups, dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
+    v = v.repeat_interleave(groups, dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
+    scores = (
+        q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    )  # (B, H, L, D) @ (B, H, D, S) -> (B, H, L, S)
+    scores = softcap * torch.tanh(scores / softcap)
+    keep = mask.as_tensor(
+        q.size(-2), k.size(-2), q.device
+    )  # bool (L, S), or float with ALiBi's bias
+    if keep.dtype == torch.bool:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    else:
+        scores = scores + keep.to(scores.dtype)
+    return torch.softmax(scores, dim=-1) @ v  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
+
+
 class MLP(nn.Module):
-    """SwiGLU, `down(silu(gate x) * up x)`, or GELU, `down(gelu(up x))`; no biases."""
+    """SwiGLU, `down(silu(gate x) * up x)`, or GELU, `down(gelu(up x))`; biases if the config asks."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
+        width, hidden, bias = config.width, config.mlp_width, config.bias
         swiglu = config.mlp == "swiglu"
-        self.gate_proj = nn.Linear(config.width, config.mlp_width, bias=False) if swiglu else None
-        self.up_proj = nn.Linear(config.width, config.mlp_width, bias=False)
-        self.down_proj = nn.Linear(config.mlp_width, config.width, bias=False)
+        self.gate_proj = nn.Linear(width, hidden, bias=bias) if swiglu else None
+        self.up_proj = nn.Linear(width, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, width, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """`(B, L, E) -> (B, L, E)`, through `(B, L, mlp_width)`."""
@@ -195,10 +252,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm: `x = x + Attention(norm(x))`, then `x = x + MLP(norm(x))`."""
+    """Pre-norm, `x = x + Attention(norm(x))` then `x = x + MLP(norm(x))`, or post-norm,
+    `x = norm(x + Attention(x))` then `x = norm(x + MLP(x))`."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
+        self.pre_norm = config.norm_position == "pre"
         self.attn_norm = _norm(config, config.width)
         self.attn = Attention(config)
         self.mlp_norm = _norm(config, config.width)
@@ -208,14 +267,17 @@ class Block(nn.Module):
         self, x: Tensor, positions: Tensor, mask: Mask, cache: KVCache | None = None
     ) -> Tensor:
         """`(B, L, E) -> (B, L, E)`."""
-        x = x + self.attn(self.attn_norm(x), positions, mask, cache)
-        return x + self.mlp(self.mlp_norm(x))
+        if self.pre_norm:
+            x = x + self.attn(self.attn_norm(x), positions, mask, cache)
+            return x + self.mlp(self.mlp_norm(x))
+        x = self.attn_norm(x + self.attn(x, positions, mask, cache))
+        return self.mlp_norm(x + self.mlp(x))
 
 
 class GPT(nn.Module):
     """A decoder-only language model: token ids in, the logits of the next token at every position out.
 
-    Weights start from a normal distribution of standard deviation 0.02 (norms at 1 and 0).
+    Weights start from a normal distribution of standard deviation 0.02, biases at 0 (norms at 1 and 0).
 
     Args:
         config: its shape.
@@ -233,11 +295,14 @@ class GPT(nn.Module):
         learned = config.positions == "learned"
         self.position_embed = nn.Embedding(config.context, config.width) if learned else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
-        self.norm = _norm(config, config.width)
+        pre_norm = config.norm_position == "pre"
+        self.norm = _norm(config, config.width) if pre_norm else nn.Identity()
         self.lm_head = nn.Linear(config.width, config.vocab_size, bias=False)
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
 
@@ -504,7 +569,15 @@ LLAMA_NAMES = {
     "lm_head.weight": "lm_head.weight",  # untied only: tied, it is embed.weight
 }
 # What Llama's shape needs, as `GPTConfig` says it.
-LLAMA_SHAPE = {"norm": "rms", "mlp": "swiglu", "positions": "rope", "qk_norm": False}
+LLAMA_SHAPE = {
+    "norm": "rms",
+    "norm_position": "pre",
+    "mlp": "swiglu",
+    "positions": "rope",
+    "qk_norm": False,
+    "bias": False,
+    "softcap": None,
+}
 # `GPTConfig`'s fields by `LlamaConfig`'s names (RoPE's base is in `rope_parameters`).
 LLAMA_CONFIG = {
     "vocab_size": "vocab_size",

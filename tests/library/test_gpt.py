@@ -2,7 +2,7 @@
 
 Every option of `GPTConfig` is checked against `reference_logits`, the forward pass written here again with
 plain torch operations from the model's weights (RoPE as complex rotations, ALiBi from the paper's slopes,
-the causal mask as `j <= i`). The Llama-shaped configs are also checked against transformers, in float64.
+the causal mask as `j <= i`, soft-capping as `c * tanh(s / c)`). The Llama-shaped configs are also checked against transformers, in float64.
 transformers computes RoPE's angles and RMSNorm in float32 whatever the dtype, so its float64 logits carry
 float32 round-off, which grows with the position (an angle of 47 radians is held to about 4e-6): measured at
 most 5.6e-6 here, on logits of size 2 to 6 at positions up to 47 (transformers 5.24, torch 2.13), they are
@@ -28,8 +28,10 @@ from qkv.gpt import (
     from_transformers,
     generate,
     next_token_probabilities,
+    softcapped_attention,
     to_transformers,
 )
+from qkv.masks import Mask
 
 # one worker imports transformers (seconds) for all the tests that need it, under `--dist loadgroup`
 needs_transformers = pytest.mark.xdist_group("transformers")
@@ -91,9 +93,16 @@ def reference_rope(x: torch.Tensor, base: float) -> torch.Tensor:
     return torch.cat([turned.real, turned.imag], dim=-1)
 
 
+def reference_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """`x W^T`, plus the bias if the layer has one."""
+    y = x @ module.weight.T
+    return y if module.bias is None else y + module.bias
+
+
 def reference_logits(model: GPT, ids: torch.Tensor) -> torch.Tensor:
     """The logits `(B, L, V)` of `model` on `ids`, from its weights alone (H a power of two for ALiBi)."""
     config = model.config
+    pre = config.norm_position == "pre"
     heads, kv_heads, head_dim, length = config.heads, config.kv_heads, config.head_dim, ids.size(1)
     x = model.embed.weight[ids]  # (B, L, E)
     if config.positions == "learned":
@@ -102,31 +111,35 @@ def reference_logits(model: GPT, ids: torch.Tensor) -> torch.Tensor:
     slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=torch.float64) / heads)  # (H,)
     for block in model.blocks:
         attn = block.attn
-        h = reference_norm(block.attn_norm, x)
-        q = (h @ attn.q_proj.weight.T).view(*ids.shape, heads, head_dim).transpose(1, 2)
-        k = (h @ attn.k_proj.weight.T).view(*ids.shape, kv_heads, head_dim).transpose(1, 2)
-        v = (h @ attn.v_proj.weight.T).view(*ids.shape, kv_heads, head_dim).transpose(1, 2)
+        h = reference_norm(block.attn_norm, x) if pre else x
+        q = reference_linear(attn.q_proj, h).view(*ids.shape, heads, head_dim).transpose(1, 2)
+        k = reference_linear(attn.k_proj, h).view(*ids.shape, kv_heads, head_dim).transpose(1, 2)
+        v = reference_linear(attn.v_proj, h).view(*ids.shape, kv_heads, head_dim).transpose(1, 2)
         if config.qk_norm:
             q, k = reference_norm(attn.q_norm, q), reference_norm(attn.k_norm, k)
         if config.positions == "rope":
             q, k = reference_rope(q, config.rope_base), reference_rope(k, config.rope_base)
         group = torch.arange(heads) // (heads // kv_heads)  # the key-value head of each query head
         scores = q @ k[:, group].transpose(-1, -2) / math.sqrt(head_dim)  # (B, H, L, L)
+        if config.softcap is not None:
+            scores = config.softcap * torch.tanh(scores / config.softcap)
         if config.positions == "alibi":
             scores = scores - slopes[:, None, None] * (i - j)
         weights = torch.softmax(scores.masked_fill(j > i, -math.inf), dim=-1)
         out = (weights @ v[:, group]).transpose(1, 2).reshape(*ids.shape, heads * head_dim)
-        x = x + out @ attn.out_proj.weight.T
-        h = reference_norm(block.mlp_norm, x)
+        x = x + reference_linear(attn.out_proj, out)
+        x = x if pre else reference_norm(block.attn_norm, x)
+        h = reference_norm(block.mlp_norm, x) if pre else x
         mlp = block.mlp
         if config.mlp == "swiglu":
-            gate = h @ mlp.gate_proj.weight.T
-            hidden = gate * torch.sigmoid(gate) * (h @ mlp.up_proj.weight.T)
+            gate = reference_linear(mlp.gate_proj, h)
+            hidden = gate * torch.sigmoid(gate) * reference_linear(mlp.up_proj, h)
         else:
-            up = h @ mlp.up_proj.weight.T
+            up = reference_linear(mlp.up_proj, h)
             hidden = 0.5 * up * (1 + torch.erf(up / math.sqrt(2)))
-        x = x + hidden @ mlp.down_proj.weight.T
-    return reference_norm(model.norm, x) @ model.lm_head.weight.T
+        x = x + reference_linear(mlp.down_proj, hidden)
+        x = x if pre else reference_norm(block.mlp_norm, x)
+    return (reference_norm(model.norm, x) if pre else x) @ model.lm_head.weight.T
 
 
 OPTIONS = [
@@ -136,11 +149,28 @@ OPTIONS = [
     for positions in ("rope", "learned", "alibi", None)
     for qk_norm in (False, True)
 ]
+# the options of the older and newer blocks, with the positions they meet (soft-capping comes before ALiBi)
+BLOCK_OPTIONS = [
+    {"norm_position": norm_position, "bias": bias, "softcap": softcap, "positions": positions}
+    for norm_position in ("pre", "post")
+    for bias in (False, True)
+    for softcap in (None, 0.5)
+    for positions in ("rope", "alibi")
+]
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
 def test_logits_equal_the_reference_for_every_option(options):
     config = tiny(**options, kv_heads=2)
+    model = random_model(config)
+    ids = random_ids(config, 2, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), reference_logits(model, ids), **EXACT)
+
+
+@pytest.mark.parametrize("options", BLOCK_OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
+def test_logits_equal_the_reference_for_every_block_option(options):
+    config = tiny(**options, kv_heads=2, norm="layer")
     model = random_model(config)
     ids = random_ids(config, 2, 9)
     with torch.no_grad():
@@ -202,7 +232,9 @@ def test_no_logit_depends_on_a_later_token(positions):
     assert not torch.allclose(before[:, 6:], after[:, 6:])
 
 
-@pytest.mark.parametrize("options", OPTIONS[::3], ids=lambda o: "-".join(map(str, o.values())))
+@pytest.mark.parametrize(
+    "options", OPTIONS[::3] + BLOCK_OPTIONS[2::3], ids=lambda o: "-".join(map(str, o.values()))
+)
 def test_cached_decoding_gives_the_logits_of_one_pass(options):
     config = tiny(**options, kv_heads=2)
     model = random_model(config)
@@ -231,6 +263,91 @@ def test_initial_weights_are_small_and_the_embeddings_tied():
     assert untied.lm_head.weight is not untied.embed.weight
 
 
+def block_outputs(model: GPT, ids: torch.Tensor) -> list[torch.Tensor]:
+    """What each block of `model` returns on `ids`, `(B, L, E)` each."""
+    outputs = []
+    hooks = [b.register_forward_hook(lambda _, __, out: outputs.append(out)) for b in model.blocks]
+    with torch.no_grad():
+        model(ids)
+    for hook in hooks:
+        hook.remove()
+    return outputs
+
+
+def test_post_norm_normalises_after_each_residual_addition():
+    """Post-LN at initialisation (gain 1, bias 0): every block's output has mean 0 and variance 1 per token."""
+    torch.manual_seed(0)
+    post = GPT(tiny(norm="layer", norm_position="post"))
+    for out in block_outputs(post, random_ids(post.config, 2, 9)):
+        torch.testing.assert_close(out.mean(-1), torch.zeros(2, 9), atol=1e-6, rtol=0)
+        torch.testing.assert_close(out.var(-1, correction=0), torch.ones(2, 9), atol=1e-3, rtol=0)
+    assert isinstance(post.norm, torch.nn.Identity)  # the last block's output is already normalised
+    pre = GPT(tiny(norm="layer"))
+    assert all(out.var(-1).mean() < 0.1 for out in block_outputs(pre, random_ids(pre.config, 2, 9)))
+
+
+def test_post_norm_block_adds_then_normalises():
+    """`x = norm(x + Attention(x))`, then `x = norm(x + MLP(x))`, from the block's own modules."""
+    model = random_model(tiny(norm_position="post"))
+    block, x = model.blocks[0], torch.randn(2, 9, 16, dtype=torch.float64)
+    positions, mask = torch.arange(9), Mask(alignment="bottom_right")
+    with torch.no_grad():
+        h = block.attn_norm(x + block.attn(x, positions, mask))
+        torch.testing.assert_close(block(x, positions, mask), block.mlp_norm(h + block.mlp(h)))
+
+
+def attention_weights_of(q: torch.Tensor, k: torch.Tensor, softcap: float) -> torch.Tensor:
+    """The `(B, H, L, S)` weights of `softcapped_attention`, read out through values that are the identity."""
+    batch, kv_heads, keys, _ = k.shape
+    v = torch.eye(keys, dtype=q.dtype).expand(
+        batch, kv_heads, keys, keys
+    )  # value j is the j-th unit vector
+    return softcapped_attention(q, k, v, Mask(alignment="bottom_right"), softcap)
+
+
+def test_softcap_bounds_the_scores_before_the_mask():
+    """With scores in the hundreds, capped at c = 2 the kept weights of a row differ by at most e^(2c)."""
+    generator = torch.Generator().manual_seed(0)
+    q = 40 * torch.randn(2, 4, 5, 8, generator=generator, dtype=torch.float64)
+    k = 40 * torch.randn(2, 2, 7, 8, generator=generator, dtype=torch.float64)  # 2 KV heads, 7 keys
+    weights = attention_weights_of(q, k, softcap=2.0)
+    later = (
+        torch.arange(7)[None, :] > torch.arange(5)[:, None] + 2
+    )  # bottom-right: query i sees j <= i + 2
+    assert (weights[..., later] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 5, dtype=torch.float64))
+    kept = weights.masked_fill(later, math.nan)
+    ratio = kept.nan_to_num(-math.inf).amax(-1) / kept.nan_to_num(math.inf).amin(-1)  # (B, H, L)
+    assert ratio.max() <= math.exp(4.0) * (1 + 1e-9)
+    uncapped = attention_weights_of(q, k, softcap=1e9)  # tanh(s / c) = s / c to round-off
+    assert (
+        uncapped.masked_fill(later, 1.0).min() < 1e-20
+    )  # without the cap, some kept keys get ~nothing
+
+
+def test_a_large_softcap_gives_plain_attention():
+    config = tiny(kv_heads=2)
+    model, capped = (
+        random_model(config, std=0.1),
+        random_model(tiny(kv_heads=2, softcap=1e9), std=0.1),
+    )
+    ids = random_ids(config, 2, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(capped(ids), model(ids), rtol=1e-9, atol=1e-9)
+
+
+def test_bias_adds_one_per_output_of_each_linear_layer_and_starts_at_zero():
+    attention = 3 * 16 + 16  # q, k and v of 4 heads of 4 features, out
+    for mlp, hidden in (("gelu", 64 + 16), ("swiglu", 2 * 42 + 16)):  # up (and gate), down
+        without = sum(p.numel() for p in GPT(tiny(mlp=mlp)).parameters())
+        model = GPT(tiny(mlp=mlp, bias=True))
+        assert sum(p.numel() for p in model.parameters()) == without + 2 * (attention + hidden)
+        biases = [p for name, p in model.named_parameters() if name.endswith("proj.bias")]
+        assert len(biases) == 2 * (4 + (3 if mlp == "swiglu" else 2))
+        assert all((b == 0).all() for b in biases)
+    assert model.lm_head.bias is None
+
+
 # --- errors ----------------------------------------------------------------------------------------------
 
 
@@ -249,6 +366,16 @@ def test_initial_weights_are_small_and_the_embeddings_tied():
         ({"rope_base": 1.0}, ValueError, "rope_base must be a finite number above 1"),
         ({"rope_base": "10000"}, TypeError, "rope_base must be a number"),
         ({"norm_eps": 0.0}, ValueError, "norm_eps"),
+        (
+            {"norm_position": "middle"},
+            ValueError,
+            r"norm_position must be one of \('pre', 'post'\)",
+        ),
+        ({"softcap": 0.0}, ValueError, "softcap must be a finite number above 0"),
+        ({"softcap": -30.0}, ValueError, "softcap must be a finite number above 0"),
+        ({"softcap": math.inf}, ValueError, "softcap must be a finite number above 0"),
+        ({"softcap": True}, TypeError, "softcap must be a number"),
+        ({"bias": 0}, TypeError, "bias must be a bool"),
         ({"qk_norm": 1}, TypeError, "qk_norm must be a bool"),
         ({"tie_embeddings": "yes"}, TypeError, "tie_embeddings must be a bool"),
     ],
@@ -592,6 +719,9 @@ def test_greedy_generation_equals_transformers_generate(options):
         ({"positions": "alibi"}, "positions='alibi'"),
         ({"positions": None}, "positions=None"),
         ({"qk_norm": True}, "qk_norm=True"),
+        ({"norm_position": "post"}, "norm_position='post'"),
+        ({"bias": True}, "bias=True"),
+        ({"softcap": 50.0}, "softcap=50.0"),
     ],
 )
 def test_to_transformers_rejects_what_llama_lacks_by_name(options, option):

@@ -1,0 +1,161 @@
+"""The block as models build it today, one change at a time: a ladder of `qkv.gpt` configs trained on the site.
+
+The ladder starts from a block shaped as the original Transformer's and GPT-2's (LayerNorm after each residual
+addition, a GELU MLP, learned positions, biases, one key-value head per query head) and makes one change per
+rung until it reaches the site's GPT (`qkv_lab.gpt_training.SITE_CONFIG`, Llama's shape), then goes two rungs
+further (QK-norm, soft-capped attention scores). Each rung keeps every change before it.
+
+Each rung trains with `train_gpt` on the site text's training split, once per seed, and is measured in bits
+per byte on the validation split. `python -m qkv_lab.block_changes` runs the whole ladder (about half an hour
+on one thread) and writes the report the transformer-block article draws from
+(`qkv_lab.results.recorded("block-changes")`); the site's build never trains it. The report holds the text's
+hash and date: the text is the site's articles, so a later edit makes a different text.
+
+The counts are per token of a full context window: `parameter_count` (tied embeddings once) and
+`flops_per_token`, the forward pass's matrix products only (2 FLOPs per multiply-add, the masked half of the
+scores included, as an unfused CPU path computes them); norms, activations, biases and the softmax cost a few
+operations per feature and are left out, as `torch.utils.flop_counter.FlopCounterMode` leaves them out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from qkv.gpt import GPT, GPTConfig
+from qkv_lab.gpt_training import bits_per_byte, encode, site_text, split, train_gpt
+from qkv_lab.harness import environment, write_json
+from qkv_lab.toys import _one_thread
+
+# --8<-- [start:ladder]
+START = {  # the site GPT's sizes, in a block shaped as GPT-2's but with the original's post-LN
+    "vocab_size": 256, "width": 64, "layers": 3, "heads": 4, "kv_heads": 4, "context": 128,
+    "norm_position": "post", "norm": "layer", "mlp": "gelu", "positions": "learned", "bias": True,
+}  # fmt: skip
+CHANGES = (  # each rung's change, applied on top of every change before it
+    ("post-LN", {}),
+    ("pre-LN", {"norm_position": "pre"}),
+    ("RMSNorm", {"norm": "rms"}),
+    ("SwiGLU", {"mlp": "swiglu"}),
+    ("RoPE", {"positions": "rope"}),
+    ("GQA", {"kv_heads": 2}),
+    ("no biases", {"bias": False}),  # the site's GPT
+    ("QK-norm", {"qk_norm": True}),
+    ("soft-capping", {"softcap": 50.0}),  # Gemma 2's cap on attention scores
+)
+STEPS, BATCH, LR, SEEDS = 600, 8, 5e-3, (0, 1, 2)
+# --8<-- [end:ladder]
+OUT = Path(__file__).parent / "results" / "block-changes.json"
+
+
+def ladder() -> list[tuple[str, GPTConfig]]:
+    """Each rung's name and config: `START` with the changes of `CHANGES` up to that rung applied."""
+    options, rungs = dict(START), []
+    for name, change in CHANGES:
+        options.update(change)
+        rungs.append((name, GPTConfig(**options)))
+    return rungs
+
+
+def parameter_count(config: GPTConfig) -> int:
+    """The parameters of `GPT(config)`, a tied embedding counted once."""
+    return sum(p.numel() for p in GPT(config).parameters())
+
+
+def flops_per_token(config: GPTConfig) -> int:
+    """Forward FLOPs per token of the matrix products of `GPT(config)` over a window of `context` tokens.
+
+    Per block: the query and output projections (`E x E` each), the key and value projections (`E x Hkv D`
+    each), the MLP (two or, for SwiGLU, three `E x mlp_width` matrices) and attention's two products with
+    all `context` keys (`H D` features each); then the output layer (`E x V`). 2 FLOPs per multiply-add.
+    """
+    e, kv = config.width, config.kv_heads * config.head_dim
+    mlp_matrices = 3 if config.mlp == "swiglu" else 2
+    weights = 2 * e * e + 2 * e * kv + mlp_matrices * e * config.mlp_width  # per block
+    scores_and_sum = 2 * config.heads * config.head_dim * config.context  # per block
+    return 2 * (config.layers * (weights + scores_and_sum) + e * config.vocab_size)
+
+
+def run(
+    rungs: list[tuple[str, GPTConfig]],
+    seeds: tuple[int, ...],
+    steps: int,
+    batch: int,
+    lr: float,
+    text: str,
+    out: Path | None = None,
+) -> dict:
+    """Train every rung once per seed on `text`'s split and report bits per byte on its validation part.
+
+    Args:
+        rungs: `(name, config)` pairs, as `ladder()` gives them.
+        seeds: the seeds of `train_gpt` (weights and windows).
+        steps, batch, lr: as for `train_gpt`.
+        text: the text, split by `qkv_lab.gpt_training.split`.
+        out: None, or where to write the report after every run (a stopped sweep keeps what it ran).
+
+    Returns:
+        The report: the settings, the text's hash and size, the environment, and per rung its change, config,
+        counts, and `bits_per_byte` and `seconds` per seed (in the order of `seeds`).
+    """
+    train, validation = split(encode(text))
+    with _one_thread():  # the thread count that training runs with, as `environment` records it
+        machine = environment(torch.device("cpu"))
+    report = {
+        "what": "bits per byte on the site text's validation split, one change to the block per rung",
+        "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "text_bytes": len(train) + len(validation),
+        "validation_bytes": len(validation),
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+        "seeds": list(seeds),
+        **machine,
+        "timing": "wall-clock seconds of each run (training and scoring), measured once",
+        "rungs": [],
+    }
+    changes = dict(CHANGES)
+    for name, config in rungs:
+        rung = {
+            "name": name,
+            "change": changes.get(name, {}),
+            "config": dataclasses.asdict(config),
+            "parameters": parameter_count(config),
+            "flops_per_token": flops_per_token(config),
+            "bits_per_byte": [],
+            "seconds": [],
+        }
+        report["rungs"].append(rung)
+        for seed in seeds:
+            start = time.perf_counter()
+            model, _ = train_gpt(config, train, steps, batch, lr, seed)
+            with _one_thread():
+                rung["bits_per_byte"].append(bits_per_byte(model, validation))
+            rung["seconds"].append(round(time.perf_counter() - start, 1))
+            print(
+                f"{name:>14} seed {seed}: {rung['bits_per_byte'][-1]:.4f} bits per byte",
+                file=sys.stderr,
+            )
+            if out is not None:
+                write_json(report, out)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qkv_lab.block_changes", description=__doc__)
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    run(ladder(), SEEDS, args.steps, BATCH, LR, site_text(), args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
