@@ -32,6 +32,7 @@ from qkv.cache import KVCache
 from qkv.dispatch import _attention
 from qkv.masks import Mask
 from qkv.positions import alibi_bias, apply_rope
+from qkv.rope_scaling import RULES, rope_frequencies
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
@@ -66,6 +67,10 @@ class GPTConfig:
             (an embedding per position, added to the tokens'), `"alibi"` (`qkv.alibi_bias` on the scores) or
             None (the causal mask alone tells order).
         rope_base: RoPE's base; pair `i` of a head turns by `position * rope_base**(-2i/D)`.
+        rope_scaling: None, or a rule that stretches RoPE past the context the model was trained on, as
+            `qkv.rope_frequencies` takes it: a dict in the format of a `transformers` config's
+            `rope_parameters`, e.g. `{"rope_type": "yarn", "factor": 4.0,
+            "original_max_position_embeddings": 128}`. Needs `positions="rope"`.
         qk_norm: normalise each head's queries and keys (with `norm`, over the head's features) before RoPE.
         bias: the linear layers of attention and of the MLP add a bias (the output layer never does).
         softcap: None, or `c > 0`: each attention score `s` (scaled, before ALiBi, the mask and the softmax)
@@ -79,7 +84,8 @@ class GPTConfig:
         TypeError: a size that is not an int, a flag that is not a bool, a number that is not a number.
         ValueError: a size that is not positive, `heads` not dividing `width`, `kv_heads` not dividing
             `heads`, an odd head size with RoPE, an unknown `norm`, `norm_position`, `mlp` or `positions`,
-            a `rope_base` not above 1, a `norm_eps` or `softcap` not positive.
+            a `rope_base` not above 1, a `norm_eps` or `softcap` not positive, a `rope_scaling` that
+            `qkv.rope_frequencies` refuses or without RoPE.
     """
 
     vocab_size: int = 256
@@ -93,6 +99,7 @@ class GPTConfig:
     mlp: MLPKind = "swiglu"
     positions: Positions | None = "rope"
     rope_base: float = 10000.0
+    rope_scaling: dict | None = None
     qk_norm: bool = False
     bias: bool = False
     softcap: float | None = None
@@ -130,6 +137,12 @@ class GPTConfig:
                 f"RoPE turns channels in pairs: the head size width // heads = {self.head_dim} must be even"
             )
         _check_number("rope_base", self.rope_base, above=1.0)
+        if self.rope_scaling is not None:
+            if self.positions != "rope":
+                raise ValueError(
+                    f"rope_scaling needs positions='rope', got positions={self.positions!r}"
+                )
+            rope_frequencies(self.head_dim, base=self.rope_base, scaling=self.rope_scaling)
         _check_number("norm_eps", self.norm_eps, above=0.0)
         if self.softcap is not None:
             _check_number("softcap", self.softcap, above=0.0)
@@ -172,6 +185,7 @@ class Attention(nn.Module):
         self.q_norm = _norm(config, config.head_dim) if config.qk_norm else None
         self.k_norm = _norm(config, config.head_dim) if config.qk_norm else None
         self.rope_base = config.rope_base if config.positions == "rope" else None
+        self.rope_scaling = config.rope_scaling
         self.softcap = config.softcap
 
     # --8<-- [start:attention]
@@ -185,8 +199,8 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_base is not None:
-            q = apply_rope(q, positions, base=self.rope_base)
-            k = apply_rope(k, positions, base=self.rope_base)
+            q = apply_rope(q, positions, base=self.rope_base, scaling=self.rope_scaling)
+            k = apply_rope(k, positions, base=self.rope_base, scaling=self.rope_scaling)
         if cache is not None:
             k, v = cache.update(k, v)  # cached tokens first: (B, Hkv, S, D), S = past + L
         if self.softcap is None:
@@ -612,12 +626,28 @@ def to_transformers(model: GPT) -> LlamaForCausalLM:
                 f"LlamaForCausalLM has no counterpart for {option}={getattr(config, option)!r}: "
                 f"to_transformers needs {option}={needed!r} ({_llama_shape()})"
             )
+    scaling = dict(config.rope_scaling or {})
+    if scaling.get("rope_type") == "ntk":
+        raise ValueError(
+            "LlamaForCausalLM has no counterpart for rope_scaling with rope_type 'ntk' (transformers "
+            "has 'dynamic', the same rule at a length that grows with the sequence)"
+        )
+    if (
+        scaling.get("rope_type") == "dynamic"
+    ):  # transformers reads the original length from the context
+        original = scaling.pop("original_max_position_embeddings")
+        if original != config.context:
+            raise ValueError(
+                "LlamaForCausalLM's dynamic RoPE takes the original length from the context: "
+                f"to_transformers needs rope_scaling['original_max_position_embeddings'] ({original}) "
+                f"= context ({config.context})"
+            )
     llama_config, llama = _llama_classes()
     hf_config = llama_config(
         **{theirs: getattr(config, ours) for ours, theirs in LLAMA_CONFIG.items()},
         head_dim=config.head_dim,
         hidden_act="silu",
-        rope_parameters={"rope_type": "default", "rope_theta": config.rope_base},
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_base} | scaling,
         attention_bias=False,
         mlp_bias=False,
         bos_token_id=None,
@@ -637,7 +667,8 @@ def from_transformers(hf_model: LlamaForCausalLM) -> GPT:
         ImportError: transformers is not installed (`pip install 'qkv[hf]'`).
         TypeError: `hf_model` is not a `LlamaForCausalLM`.
         ValueError: a config option that `GPT` lacks: biases, an activation other than SiLU, a RoPE type
-            other than the default, or a head size other than `hidden_size // num_attention_heads`.
+            or parameter that `qkv.rope_frequencies` does not take, or a head size other than
+            `hidden_size // num_attention_heads`.
     """
     _, llama = _llama_classes()
     if not isinstance(hf_model, llama):
@@ -650,7 +681,10 @@ def from_transformers(hf_model: LlamaForCausalLM) -> GPT:
         "attention_bias": (hf.attention_bias, False),
         "mlp_bias": (hf.mlp_bias, False),
         "hidden_act": (hf.hidden_act, "silu"),
-        "rope_parameters['rope_type']": (rope["rope_type"], "default"),
+        "rope_parameters['rope_type']": (
+            rope["rope_type"],
+            rope["rope_type"] if rope["rope_type"] in RULES else "one of " + ", ".join(RULES),
+        ),
         "head_dim": (hf.head_dim, hf.hidden_size // hf.num_attention_heads),
     }
     for option, (value, needed) in unsupported.items():
@@ -662,12 +696,33 @@ def from_transformers(hf_model: LlamaForCausalLM) -> GPT:
     config = GPTConfig(
         **{ours: getattr(hf, theirs) for ours, theirs in LLAMA_CONFIG.items()},
         rope_base=float(rope["rope_theta"]),
+        rope_scaling=_rope_scaling(rope, hf.max_position_embeddings),
         **LLAMA_SHAPE,
     )
     weight = hf_model.get_input_embeddings().weight
     model = GPT(config).to(device=weight.device, dtype=weight.dtype)
     _copy_weights(model, hf_model, to_hf=False)
     return model.train(hf_model.training)
+
+
+def _rope_scaling(rope: dict, max_positions: int) -> dict | None:
+    """`GPTConfig.rope_scaling` from a `transformers` config's `rope_parameters`: None for plain RoPE.
+
+    transformers' "dynamic" takes the original length from `max_position_embeddings`; qkv names it.
+    """
+    if rope["rope_type"] == "default":
+        return None
+    scaling = {name: value for name, value in rope.items() if name != "rope_theta"}
+    if rope["rope_type"] == "dynamic":
+        scaling.setdefault("original_max_position_embeddings", max_positions)
+    required, optional = RULES[rope["rope_type"]]
+    unknown = set(scaling) - {"rope_type", *required, *optional}
+    if unknown:
+        raise ValueError(
+            f"GPT has no counterpart for rope_parameters {sorted(unknown)} (rope_type "
+            f"{rope['rope_type']!r}): from_transformers needs only {sorted({*required, *optional})}"
+        )
+    return scaling
 
 
 def _llama_shape() -> str:

@@ -738,8 +738,28 @@ def test_to_transformers_rejects_what_llama_lacks_by_name(options, option):
         ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
         ({"head_dim": 8}, "head_dim=8"),
         (
-            {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}},
-            r"rope_parameters\['rope_type'\]='linear'",
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 1e4,
+                    "short_factor": [1.0, 1.0],
+                    "long_factor": [2.0, 2.0],
+                    "original_max_position_embeddings": 16,
+                },
+                "max_position_embeddings": 32,
+            },
+            r"rope_parameters\['rope_type'\]='longrope'",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "linear",
+                    "rope_theta": 1e4,
+                    "factor": 2.0,
+                    "partial_rotary_factor": 0.5,
+                }
+            },
+            r"rope_parameters \['partial_rotary_factor'\]",
         ),
     ],
 )
@@ -752,6 +772,66 @@ def test_from_transformers_rejects_what_gpt_lacks_by_name(options, option):
     )  # fmt: skip
     with pytest.raises(ValueError, match=f"GPT has no counterpart for {option}"):
         from_transformers(LlamaForCausalLM(config))
+
+
+ROPE_SCALINGS = [
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 48},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 12},
+    {
+        "rope_type": "yarn",
+        "factor": 8.0,
+        "original_max_position_embeddings": 6,
+        "beta_fast": 8.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 0.5,
+    },
+    {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 12,
+    },
+]
+
+
+@needs_transformers
+@pytest.mark.parametrize("scaling", ROPE_SCALINGS, ids=lambda s: s["rope_type"])
+def test_rope_scaling_equals_llama_and_round_trips(scaling):
+    # qkv.rope_frequencies in the model, transformers' own RoPE functions in Llama: the same logits
+    model = random_model(llama_config(kv_heads=2, rope_scaling=scaling, rope_base=500.0))
+    hf_model = to_transformers(model)
+    assert hf_model.config.rope_parameters["rope_type"] == scaling["rope_type"]
+    ids = random_ids(model.config, 2, 48)
+    with torch.no_grad():
+        assert (model(ids) - hf_model(ids).logits).abs().max().item() <= HF_TOLERANCE
+        plain = to_transformers(random_model(llama_config(kv_heads=2, rope_base=500.0)))
+        difference = (plain(ids).logits - hf_model(ids).logits).abs().max().item()
+    # the scaling changed the logits: except dynamic's, plain up to its original length, here the context
+    assert (difference == 0.0) == (scaling["rope_type"] == "dynamic")
+    assert from_transformers(hf_model).config == model.config
+
+
+@needs_transformers
+def test_to_transformers_rejects_rope_scaling_llama_lacks():
+    ntk = llama_config(rope_scaling={"rope_type": "ntk", "factor": 2.0})
+    with pytest.raises(ValueError, match=r"no counterpart for rope_scaling with rope_type 'ntk'"):
+        to_transformers(GPT(ntk))
+    shorter = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
+    with pytest.raises(
+        ValueError, match=r"original_max_position_embeddings'\] \(24\) = context \(48\)"
+    ):
+        to_transformers(GPT(llama_config(rope_scaling=shorter)))
+
+
+def test_rope_scaling_is_checked_with_the_config():
+    with pytest.raises(
+        ValueError, match=r"rope_scaling needs positions='rope', got positions='alibi'"
+    ):
+        llama_config(positions="alibi", rope_scaling={"rope_type": "linear", "factor": 2.0})
+    with pytest.raises(ValueError, match=r"needs \['factor'\]"):
+        llama_config(rope_scaling={"rope_type": "linear"})
 
 
 @needs_transformers
