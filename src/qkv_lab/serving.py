@@ -5,6 +5,7 @@
 - `acceptance_by_k()`: `qkv.speculative_generate` with the site GPT as the target and the draft, for each
   `k` of `KS`, greedy and sampled, from prompts taken out of the validation text; the counts of each run.
   Remembered, so the page and its figure read one computation.
+- `REQUEST_LENGTHS`, `MAX_LENGTH`, `PAGE_SIZE`: the batch whose memory the page counts and the figure draws.
 - `shared_prompt_cache()`: a small `PagedKVCache` in which two requests share a prompt's pages and one has
   copied a page on write; the page shows it and the figure draws its block tables.
 """
@@ -36,6 +37,10 @@ DRAFT_CONFIG = GPTConfig(
 )  # the site GPT's tokens and context, half its width, two layers of its three
 DRAFT_STEPS = 600  # trained like the site GPT (same split, batch, rate, seed), fewer steps
 # --8<-- [end:draft]
+# --8<-- [start:batch]
+REQUEST_LENGTHS = (1843, 97, 412, 1210, 33, 688, 256, 1501)  # tokens each request holds now
+MAX_LENGTH, PAGE_SIZE = 2048, 16  # what a contiguous cache reserves per request; tokens per page
+# --8<-- [end:batch]
 KS = (1, 2, 3, 4, 5, 6)  # tokens drafted per round
 PROMPTS, PROMPT_BYTES, NEW_TOKENS = (
     6,
@@ -115,12 +120,14 @@ def shared_prompt_cache(seed: int = 0) -> PagedKVCache:
     new page; "b" appends nothing yet. Random keys and values from `seed`.
     """
     gen = torch.Generator().manual_seed(seed)
+    # --8<-- [start:shared]
     cache = PagedKVCache(num_pages=8, page_size=4, kv_heads=1, head_dim=8)
     cache.add("prompt")
-    cache.append(
-        "prompt", *torch.randn(2, 1, 10, 8, generator=gen)
-    )  # keys, values: (1, 10, 8) each
+    key, value = torch.randn(2, 1, 10, 8, generator=gen)  # (H_kv, T, D) each
+    cache.append("prompt", key, value)
     cache.add("a", fork_of="prompt")
     cache.add("b", fork_of="prompt")
-    cache.append("a", *torch.randn(2, 1, 3, 8, generator=gen))
+    key, value = torch.randn(2, 1, 3, 8, generator=gen)
+    cache.append("a", key, value)
+    # --8<-- [end:shared]
     return cache
