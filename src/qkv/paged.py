@@ -116,7 +116,8 @@ class PagedKVCache:
         kv_heads: key-value heads per token.
         head_dim: D, features per key.
         value_dim: Dv, features per value; D when None.
-        dtype, device: of the pool.
+        dtype: of the pool.
+        device: of the pool.
 
     Attributes:
         key_pages: `(num_pages, kv_heads, page_size, D)`; `value_pages` likewise with Dv.
