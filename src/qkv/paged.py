@@ -9,7 +9,8 @@ Pages can be shared: a sequence forked from another (two requests with one promp
 prompt) starts with the other's block table and a reference count of 2 on each page. Writing into a shared
 page first copies it (copy on write), so no sequence ever changes what another reads.
 
-`paged_attention` is attention read through block tables; `PagedKVCache` hands out the pages.
+`paged_attention` is attention read through block tables; `PagedKVCache` hands out the pages;
+`gather_pages` reads one sequence's tokens back in order.
 """
 
 from __future__ import annotations
@@ -76,6 +77,36 @@ def paged_attention(
     return torch.softmax(scores, dim=-1) @ values  # (B, H, L, Dv)
 
 
+# --8<-- [start:gather]
+def gather_pages(pages: Tensor, block_table: Tensor | list[int], length: int) -> Tensor:
+    """One sequence's first `length` tokens, read from the pool through its block table.
+
+    Token `t` is in page `block_table[t // page_size]`, slot `t % page_size`.
+
+    Args:
+        pages: `(P, H_kv, page_size, D)`, a pool of keys or of values.
+        block_table: the sequence's pages in order, `n` of them (a list or an integer tensor `(n,)`).
+        length: the tokens to read, at most `n * page_size`.
+
+    Returns:
+        `(H_kv, length, D)`.
+
+    Raises:
+        ValueError: a length beyond the table's pages.
+    """
+    capacity = len(block_table) * pages.size(2)
+    if not 0 <= length <= capacity:
+        raise ValueError(
+            f"length must be in [0, {capacity}] (the table's pages hold that many), got {length}"
+        )
+    chosen = pages[block_table]  # (n, H_kv, page_size, D), in the table's order
+    tokens = chosen.transpose(0, 1).flatten(1, 2)  # (H_kv, n * page_size, D)
+    return tokens[:, :length]  # (H_kv, length, D)
+
+
+# --8<-- [end:gather]
+
+
 class PagedKVCache:
     """A pool of pages and the block tables of the sequences that use them.
 
@@ -85,7 +116,8 @@ class PagedKVCache:
         kv_heads: key-value heads per token.
         head_dim: D, features per key.
         value_dim: Dv, features per value; D when None.
-        dtype, device: of the pool.
+        dtype: of the pool.
+        device: of the pool.
 
     Attributes:
         key_pages: `(num_pages, kv_heads, page_size, D)`; `value_pages` likewise with Dv.
@@ -198,9 +230,8 @@ class PagedKVCache:
     def contiguous(self, sequence: object) -> tuple[Tensor, Tensor]:
         """`sequence`'s keys `(H_kv, T, D)` and values `(H_kv, T, Dv)`, gathered from its pages in order."""
         table, length = self._table(sequence), self._lengths[sequence]
-        keys = self.key_pages[table].transpose(0, 1).flatten(1, 2)  # (H_kv, pages * page_size, D)
-        values = self.value_pages[table].transpose(0, 1).flatten(1, 2)
-        return keys[:, :length], values[:, :length]
+        keys = gather_pages(self.key_pages, table, length)  # (H_kv, T, D)
+        return keys, gather_pages(self.value_pages, table, length)
 
     def _table(self, sequence: object) -> list[int]:
         if sequence not in self._tables:

@@ -67,8 +67,10 @@ def speculative_generate(
             guesses).
         max_new_tokens: how many tokens to add; `L + max_new_tokens` must fit both models' contexts.
         k: tokens drafted per round, at least 1.
-        temperature, top_k, top_p, min_p: as for `qkv.gpt.next_token_probabilities`, applied to both models;
-            temperature 0 is greedy.
+        temperature: as for `qkv.gpt.next_token_probabilities`, applied to both models; 0 is greedy.
+        top_k: as for `qkv.gpt.next_token_probabilities`, applied to both models.
+        top_p: likewise.
+        min_p: likewise.
         seed: seeds the generator of the draws.
 
     Returns:

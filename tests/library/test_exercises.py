@@ -29,6 +29,7 @@ CATALOGUE = [
     "transformer-block/layer-norm",
     "decoding/cache-step",
     "small-gpt/top-p",
+    "serving/gather-pages",
     "flash-attention/online-softmax",
     "efficient-attention/linear-attention",
     "attention-across-devices/merge-partials",
@@ -107,6 +108,13 @@ def top_p(probs, p):
     return torch.zeros_like(probs).scatter(-1, order, kept / kept.sum(-1, keepdim=True))
 
 
+def gather_pages(pages, block_table, length):
+    page_size = pages.size(2)
+    t = torch.arange(length)  # the tokens' positions
+    chosen = pages[block_table[t // page_size], :, t % page_size]  # (length, H, D)
+    return chosen.transpose(0, 1)  # (H, length, D)
+
+
 def online_softmax(q, k, v, block_size):
     scale = q.size(-1) ** -0.5
     m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
@@ -145,6 +153,7 @@ SOLUTIONS = {
     "transformer-block/layer-norm": layer_norm,
     "decoding/cache-step": cache_step,
     "small-gpt/top-p": top_p,
+    "serving/gather-pages": gather_pages,
     "flash-attention/online-softmax": online_softmax,
     "efficient-attention/linear-attention": linear_attention,
     "attention-across-devices/merge-partials": merge_partials,
@@ -429,6 +438,30 @@ WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
         "small-gpt/top-p",
         lambda probs, p: nucleus_wrong(probs, p, descending=False),
         "least probable",
+    ),
+    (
+        "serving/gather-pages",
+        lambda pages, table, length: gather_pages(pages, torch.arange(len(table)), length),
+        "first pages",
+    ),
+    (
+        "serving/gather-pages",
+        lambda pages, table, length: (
+            pages[table].permute(1, 2, 0, 3).reshape(pages.size(1), -1, pages.size(3))[:, :length]
+        ),
+        "interleaved",
+    ),
+    (
+        "serving/gather-pages",
+        lambda pages, table, length: pages[table].reshape(pages.size(1), -1, pages.size(3))[
+            :, :length
+        ],
+        "heads and the pages are mixed",
+    ),
+    (
+        "serving/gather-pages",
+        lambda pages, table, length: pages[table].transpose(0, 1).flatten(1, 2),
+        "empty slots",
     ),
     (
         "flash-attention/online-softmax",

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import qkv
-from qkv.paged import PagedKVCache, paged_attention
+from qkv.paged import PagedKVCache, gather_pages, paged_attention
 
 EXACT = {"rtol": 1e-12, "atol": 1e-12}
 
@@ -182,3 +182,18 @@ def test_paged_attention_errors_name_the_argument():
 def test_paged_attention_is_exported():
     assert qkv.paged_attention is paged_attention
     assert qkv.PagedKVCache is PagedKVCache
+
+
+def test_gather_pages_reads_tokens_in_the_tables_order():
+    # 3 pages of 2 slots, 1 head of 1 feature; the values say where each token was written
+    pages = torch.tensor(
+        [[[[10.0], [11.0]]], [[[20.0], [21.0]]], [[[30.0], [31.0]]]]
+    )  # (3, 1, 2, 1)
+    got = gather_pages(pages, [2, 0], 3)  # tokens 0, 1 in page 2, token 2 in page 0
+    assert got.flatten().tolist() == [30.0, 31.0, 10.0]
+    assert gather_pages(pages, torch.tensor([1]), 0).shape == (1, 0, 1)
+
+
+def test_gather_pages_refuses_a_length_beyond_the_pages():
+    with pytest.raises(ValueError, match=r"length must be in \[0, 4\]"):
+        gather_pages(torch.zeros(3, 1, 2, 1), [0, 1], 5)

@@ -11,6 +11,7 @@ from qkv.exercises.formula import (
 )
 from qkv.exercises.layers import LAYER_NORM, MERGE_HEADS, ROPE, SPLIT_HEADS
 from qkv.exercises.sampling import TOP_P
+from qkv.exercises.serving import GATHER_PAGES
 
 EXERCISES: tuple[Exercise, ...] = (
     ATTENTION,
@@ -24,6 +25,7 @@ EXERCISES: tuple[Exercise, ...] = (
     LAYER_NORM,
     CACHE_STEP,
     TOP_P,
+    GATHER_PAGES,
     ONLINE_SOFTMAX,
     LINEAR_ATTENTION,
     MERGE_PARTIALS,
