@@ -406,8 +406,8 @@ def test_attention_heads_show_the_trained_models_weights(
     top = row.index(max(row))
     assert f"gives {row[top]:.1f}% of its weight to byte {top} " in summary, summary
     weights = head_maps[layer, head]  # (L, L)
-    previous = weights.diagonal(offset=-1).mean()  # the article's previous-byte score
-    first = weights[1:, 0].mean()
+    previous = weights.diagonal(offset=-1).mean().item()  # the article's previous-byte score
+    first = weights[1:, 0].mean().item()
     shown = [float(x) for x in re.findall(r"(\d+\.\d)%", summary)[1:]]
     assert shown == pytest.approx([100 * previous, 100 * first], abs=0.06), summary
     cells = page.locator("#attention-heads svg rect:not(.qkv-query-row)").count()

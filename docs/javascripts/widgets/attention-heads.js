@@ -42,7 +42,7 @@
     const L = data.bytes.length;
     const layer = select(id("layer"), data.percent.length, "layer");
     const head = select(id("head"), data.percent[0].length, "head");
-    const query = el("input", { type: "range", id: id("query"), min: 0, max: L - 1, value: L - 1, step: 1 });
+    const query = el("input", { type: "range", id: id("query"), min: 0, max: L - 1, value: Math.floor(L / 2), step: 1 });
     const queryOut = el("output", { for: id("query") });
     const controls = el("div", { class: "qkv-controls" }, [
       field(id("query"), "Query (byte of the passage)", query, queryOut),
