@@ -37,7 +37,7 @@ from torch import Tensor
 from qkv._checks import shape
 from qkv.functional import _scaled_dot_product_attention, parse_call
 from qkv.kernels import contract
-from qkv.masks import Causal, Mask
+from qkv.masks import Causal, Mask, keep_to_additive
 
 Backend = Literal["auto", "triton", "torch", "reference"]
 BACKENDS = ("auto", "triton", "torch", "reference")
@@ -249,7 +249,7 @@ def _torch_with_sinks(
     if dense is None:
         dense = torch.zeros(seqlen_q, seqlen_k, device=query.device, dtype=dtype)
     elif dense.dtype == torch.bool:
-        dense = torch.zeros_like(dense, dtype=dtype).masked_fill(~dense, -math.inf)
+        dense = keep_to_additive(dense, dtype)
     batch = torch.broadcast_shapes(dense.shape[:-2], query.shape[:-2])  # (..., H)
     dense = dense.to(dtype).expand(*batch, seqlen_q, seqlen_k)  # (..., H, L, S)
     sink = sinks.to(dtype)[:, None, None].expand(*batch, seqlen_q, 1)  # (..., H, L, 1)

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from qkv._checks import check_scale, check_sizes, check_tensor, shape
+from qkv.functional import safe_softmax
 
 MaskFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -168,7 +169,7 @@ def flex_attention(
     if block_mask is not None:
         keep = _kept(block_mask, batch, heads, seqlen_q, seqlen_k).to(scores.device)
         scores = scores.masked_fill(~keep, -math.inf)
-    weights = _softmax_or_zeros(scores)  # (B, H, L, S)
+    weights = safe_softmax(scores)  # (B, H, L, S); zeros for a row that keeps no key
     return (weights @ v.to(dtype)).to(q.dtype)  # (B, H, L, D_v)
 
 
@@ -228,12 +229,6 @@ def _indices(batch: int, heads: int, seqlen_q: int, seqlen_k: int, device) -> tu
     q_idx = torch.arange(seqlen_q, device=device).view(1, 1, -1, 1)
     kv_idx = torch.arange(seqlen_k, device=device).view(1, 1, 1, -1)
     return b, h, q_idx, kv_idx
-
-
-def _softmax_or_zeros(scores: Tensor) -> Tensor:
-    """Softmax over the last dimension; zeros for a row where every score is -inf."""
-    empty = (scores == -math.inf).all(dim=-1, keepdim=True)  # (B, H, L, 1)
-    return torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, enable_gqa: bool) -> None:
