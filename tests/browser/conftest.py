@@ -4,10 +4,11 @@ The site is the shared build of `tests.site.build.build_site` (`mkdocs build --s
 served by the main pytest process at the address it is built for (`pytest_configure`). The main process
 starts the build in the background as the run begins, so that the tests that need no site run meanwhile; a
 test that needs it waits for it (`site`). If the port is taken, the site is built first, for a free port.
-The tests run in two groups side by side (`pytest -n 2 --dist loadgroup`, as `nox -s tests` does): the
-reader's run (`test_reader.py`, `test_install.py`) and the pages. Within a group, one headless Chromium
-(Debian's `chromium`) is shared by all tests; each page is visited in its own context by `visit.visit`, and
-the tests read the records.
+Under `pytest -n 2 --dist loadgroup` (as `nox -s tests` runs), the reader's run (`test_reader.py`,
+`test_install.py`) is one group, kept to one worker; the pages are visited in `SHARDS` shards, each a group
+of its own, so that both workers visit pages; every other browser test goes to whichever worker is free.
+Each worker shares one headless Chromium (Debian's `chromium`) among its tests; each page is visited in its
+own context by `visit.visit`, and the tests read the records.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ CHROMIUM_ARGS = [
 # Bytes a reader's browser downloads on a first visit to any one page (response bodies, uncompressed, cold
 # cache). Math is typeset when the site is built: pages load MathJax's stylesheet and the fonts they use.
 PAGE_BUDGET_BYTES = 750_000  # heaviest page 682,485 on 2026-11-24 (the scaling article)
+
+SHARDS = 2  # the pages are visited in this many groups, side by side: page i in shard i % SHARDS
 
 _visits: dict[str, Visit] = {}
 _numbers: dict[str, tuple[int, int]] = {}  # path -> (bytes, formulas), from the xdist workers
@@ -141,12 +144,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Two groups that `pytest -n 2 --dist loadgroup` runs side by side: the reader's run, and the pages."""
+    """The groups that `pytest --dist loadgroup` keeps to one worker each: the reader's run, each shard of pages."""
     for item in items:
         if HERE not in item.path.parents:  # the run's other wings (this hook sees every item)
             continue
-        reader = item.path.name in ("test_reader.py", "test_install.py")
-        item.add_marker(pytest.mark.xdist_group("reader" if reader else "pages"))
+        if item.path.name in ("test_reader.py", "test_install.py"):
+            item.add_marker(pytest.mark.xdist_group("reader"))
+        elif "visits" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(shard_group(item.callspec.params["visits"])))
+
+
+def shard_group(shard: int) -> str:
+    """The xdist group of the tests that read the visits of `shard`."""
+    return f"pages-{shard}"
 
 
 @pytest.fixture(scope="session")
@@ -168,12 +178,19 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture(scope="session")
-def visits(site: Site, browser: Browser) -> list[Visit]:
-    """Every page of the site, visited once."""
-    for page in site.pages:
+@pytest.fixture(scope="session", params=range(SHARDS), ids=lambda shard: f"shard-{shard}")
+def visits(request: pytest.FixtureRequest, site: Site, browser: Browser) -> list[Visit]:
+    """The pages of one shard (`request.param`) of the site, each visited once."""
+    records = []
+    for page in shard_pages(site, request.param):
         _visits[page] = visit(browser, site.url, page)
-    return list(_visits.values())
+        records.append(_visits[page])
+    return records
+
+
+def shard_pages(site: Site, shard: int) -> tuple[str, ...]:
+    """The pages that `shard` visits: every `SHARDS`-th page of the site, from the `shard`-th."""
+    return site.pages[shard::SHARDS]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -15,6 +15,15 @@ from tests.browser.visit import lay_out_everything
 
 PHONE = {"width": 390, "height": 844}
 
+# The images load lazily: each one shown is brought on screen and decoded (loaded, or failed).
+LOAD_SHOWN_FIGURES = """async () => {
+  for (const img of document.querySelectorAll('article img[src*="/figures/"]')) {
+    if (!img.checkVisibility()) continue;
+    img.scrollIntoView();
+    await img.decode().catch(() => null);
+  }
+}"""
+
 FIGURES = """() => [...document.querySelectorAll('article img[src*="/figures/"]')].map((img) => {
   const box = img.getBoundingClientRect();
   return {
@@ -41,11 +50,8 @@ def test_each_figure_shows_its_scheme_and_fits_a_phone(
     try:
         for post in posts():
             page.goto(site.url + post.path, wait_until="networkidle")
-            lay_out_everything(page)  # so that is_visible() sees the figures below the screen
-            for image in page.locator('article img[src*="/figures/"]').all():
-                if image.is_visible():
-                    image.scroll_into_view_if_needed()  # the images load lazily
-                    image.evaluate("(img) => img.decode().catch(() => null)")  # loaded, or failed
+            lay_out_everything(page)  # so that the figures below the screen count as visible
+            page.evaluate(LOAD_SHOWN_FIGURES)
             found = page.evaluate(FIGURES)
             shown = [image for image in found if image["shown"]]
             shown_in_all += len(shown)

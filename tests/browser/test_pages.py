@@ -11,7 +11,14 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from playwright.sync_api import Browser
 
-from tests.browser.conftest import PAGE_BUDGET_BYTES, Site, posts
+from tests.browser.conftest import (
+    PAGE_BUDGET_BYTES,
+    SHARDS,
+    Site,
+    posts,
+    shard_group,
+    shard_pages,
+)
 from tests.browser.visit import (
     COLOURS,
     LAY_OUT_EVERYTHING,
@@ -43,20 +50,28 @@ def _report(problems: dict[str, list]) -> str:
     return "\n".join(f"/{page}: {found}" for page, found in problems.items() if found)
 
 
-def test_the_pages_share_one_worker(request: pytest.FixtureRequest) -> None:
-    """Under `pytest -n 2 --dist loadgroup` (nox), the page tests run in one worker, which visits each page once.
+def test_each_shard_of_pages_keeps_to_one_worker(
+    request: pytest.FixtureRequest, visits: list[Visit]
+) -> None:
+    """Under `pytest -n 2 --dist loadgroup` (nox), a shard's tests run in one worker, which visits its pages once.
 
     A pytest that pytest-xdist does not fully support drops the groups without a word (pytest 9.2 with
-    pytest-xdist 3.8 did): then both workers visit every page and set up a reader, and this test fails.
+    pytest-xdist 3.8 did): then every worker visits every shard's pages, and this test fails.
     """
     if getattr(request.config.option, "loadgroup", False):  # a worker of --dist loadgroup
-        assert request.node.nodeid.endswith("@pages"), request.node.nodeid
+        group = shard_group(request.node.callspec.params["visits"])
+        assert request.node.nodeid.endswith(f"@{group}"), request.node.nodeid
 
 
-def test_the_pages_visited_include_every_article(site: Site, visits: list[Visit]) -> None:
-    visited = {record.path for record in visits}
-    assert {"", "blog/", *(post.path for post in posts())} <= visited
-    assert visited == set(site.pages)
+def test_the_shards_visit_every_page_and_article(
+    request: pytest.FixtureRequest, site: Site, visits: list[Visit]
+) -> None:
+    assert {"", "blog/", *(post.path for post in posts())} <= set(site.pages)
+    shards = [set(shard_pages(site, shard)) for shard in range(SHARDS)]
+    assert set().union(*shards) == set(site.pages)
+    assert sum(map(len, shards)) == len(site.pages)
+    shard = request.node.callspec.params["visits"]
+    assert [record.path for record in visits] == list(shard_pages(site, shard))
 
 
 def test_every_formula_is_typeset(visits: list[Visit]) -> None:
@@ -195,7 +210,7 @@ BLOCK_HEIGHTS = f"""async () => {{
   const {{shift, moved}} = await ({LOAD_SHIFTS})();
   const blocks = [...document.querySelectorAll("{SKIPPABLE}")];
   const skipped = blocks.filter((el) => getComputedStyle(el).contentVisibility === "auto").length;
-  const step = window.innerHeight / 2;
+  const step = window.innerHeight;
   for (let y = 0; y <= document.documentElement.scrollHeight; y += step) {{
     window.scrollTo(0, y);
     await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
@@ -205,35 +220,37 @@ BLOCK_HEIGHTS = f"""async () => {{
 }}"""
 
 
-def test_skipping_off_screen_layout_leaves_every_block_its_height(
-    site: Site, browser: Browser
-) -> None:
-    """`content-visibility: auto` keeps a block's margins inside it: extra.css moves them so nothing moves."""
-    moved = {}
-    for path in (
+@pytest.mark.parametrize(
+    "path",
+    [
         "blog/masking/",
         "blog/flash-attention/",
         "blog/multi-head-attention/",
         "notebooks/playground/",
         "reference/",
-    ):
-        heights = []
-        for extra_css in ("", LAY_OUT_EVERYTHING):
-            page = browser.new_page(viewport=PHONE)
-            page.goto(site.url + path, wait_until="networkidle")
-            if extra_css:
-                page.add_style_tag(content=extra_css)
-            heights.append(page.evaluate(BLOCK_HEIGHTS))
-            page.close()
-        skipped, laid_out = heights
-        assert skipped["skipped"] > 10, f"/{path}: {skipped['skipped']} blocks skippable"
-        assert laid_out["skipped"] == 0
-        assert skipped["shift"] < 0.01, (
-            f"/{path}: layout shift {skipped['shift']:.3f} while loading: {skipped['moved']}"
-        )
-        pairs = zip(skipped["heights"], laid_out["heights"], strict=True)
-        moved[path] = [(a, b) for a, b in pairs if a != b]
-    assert not any(moved.values()), _report(moved)
+    ],
+)
+def test_skipping_off_screen_layout_leaves_every_block_its_height(
+    site: Site, browser: Browser, path: str
+) -> None:
+    """`content-visibility: auto` keeps a block's margins inside it: extra.css moves them so nothing moves."""
+    heights = []
+    for extra_css in ("", LAY_OUT_EVERYTHING):
+        page = browser.new_page(viewport=PHONE)
+        page.goto(site.url + path, wait_until="networkidle")
+        if extra_css:
+            page.add_style_tag(content=extra_css)
+        heights.append(page.evaluate(BLOCK_HEIGHTS))
+        page.close()
+    skipped, laid_out = heights
+    assert skipped["skipped"] > 10, f"/{path}: {skipped['skipped']} blocks skippable"
+    assert laid_out["skipped"] == 0
+    assert skipped["shift"] < 0.01, (
+        f"/{path}: layout shift {skipped['shift']:.3f} while loading: {skipped['moved']}"
+    )
+    pairs = zip(skipped["heights"], laid_out["heights"], strict=True)
+    moved = [(a, b) for a, b in pairs if a != b]
+    assert not moved, _report({path: moved})
 
 
 class _ArticleInTwoParts(QuietHandler):

@@ -37,9 +37,9 @@ COLOURS = {"runOnly": ["color-contrast", "link-in-text-block"], "resultTypes": [
 # A highlighted code block is hundreds of token spans, and axe's cost grows with the nodes it checks: the spans
 # took half of the 30 s that scanning the FlashAttention page took on 2026-11-26. The spans of one token class,
 # under a parent of one class, in one kind of block, share their colour and their background, as does the text
-# between spans, so axe scans the page without the code, then samples: one span of each such kind, and for each
-# kind of block its shortest one whole (its own text). Every colour pairing a reader sees is still checked.
-CODE = "pre > code"
+# between spans, so axe leaves the code out but for samples: one span of each such kind, and for each kind of
+# block its shortest one whole (its own text). Every colour pairing a reader sees is still checked, in one scan
+# per scheme: axe tests a node when its nearest listed ancestor (itself included) is included, not excluded.
 MARK_CODE_SAMPLES = """() => {
   const spans = new Set(), shortest = new Map();
   for (const code of document.querySelectorAll("pre > code")) {
@@ -52,23 +52,17 @@ MARK_CODE_SAMPLES = """() => {
     }
   }
   for (const {code} of shortest.values()) code.dataset.contrastSample = "";
-  return spans.size + shortest.size;
 }"""
-WITHOUT_CODE = {"exclude": [[CODE]]}
-CODE_SAMPLES = {"include": [["[data-contrast-sample]"]]}
+CODE_BY_SAMPLES = {
+    "include": [["html"], ["[data-contrast-sample]"]],
+    "exclude": [["pre > code:not([data-contrast-sample])"]],
+}
 
 
 def scan(page: Page, options: dict | None = None) -> list[str]:
-    """The serious axe violations on `page` (all rules, or `options`), code tokens checked by samples.
-
-    The samples are scanned with the colour rules only: the other rules look at the page's structure, which
-    the token spans of a highlighted block do not change.
-    """
-    options = options or {"resultTypes": ["violations"]}
-    if page.evaluate(MARK_CODE_SAMPLES) == 0:
-        return _serious(AXE.run(page, options=options))
-    found = _serious(AXE.run(page, context=WITHOUT_CODE, options=options))
-    return found + _serious(AXE.run(page, context=CODE_SAMPLES, options=COLOURS))
+    """The serious axe violations on `page` (all rules, or `options`), code tokens checked by samples."""
+    page.evaluate(MARK_CODE_SAMPLES)
+    return _serious(AXE.run(page, context=CODE_BY_SAMPLES, options=options or {"resultTypes": ["violations"]}))
 
 
 # Every formula typeset: each `.arithmatex` holds MathJax output, and no TeX delimiter is left in the text
