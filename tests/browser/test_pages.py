@@ -208,6 +208,11 @@ LOAD_SHIFTS = """async () => {
 # Heights of an article's blocks, once every block has been on screen (scrolled through in screenfuls).
 BLOCK_HEIGHTS = f"""async () => {{
   const {{shift, moved}} = await ({LOAD_SHIFTS})();
+  // Material wraps each table in a scrolling box once its scripts run: wait for that, so both runs compare
+  // the same blocks.
+  const unwrapped = () => [...document.querySelectorAll(".md-content table:not([class])")]
+    .some((table) => !table.closest(".md-typeset__scrollwrap"));
+  for (let tries = 0; unwrapped() && tries < 100; tries++) await new Promise((done) => setTimeout(done, 50));
   const blocks = [...document.querySelectorAll("{SKIPPABLE}")];
   const skipped = blocks.filter((el) => getComputedStyle(el).contentVisibility === "auto").length;
   const step = window.innerHeight;

@@ -32,6 +32,7 @@ def lay_out_everything(page: Page) -> None:
 
 
 AXE = Axe()
+VIOLATIONS = {"resultTypes": ["violations"]}  # every rule
 COLOURS = {"runOnly": ["color-contrast", "link-in-text-block"], "resultTypes": ["violations"]}
 
 # A highlighted code block is hundreds of token spans, and axe's cost grows with the nodes it checks: the spans
@@ -62,7 +63,7 @@ CODE_BY_SAMPLES = {
 def scan(page: Page, options: dict | None = None) -> list[str]:
     """The serious axe violations on `page` (all rules, or `options`), code tokens checked by samples."""
     page.evaluate(MARK_CODE_SAMPLES)
-    return _serious(AXE.run(page, context=CODE_BY_SAMPLES, options=options or {"resultTypes": ["violations"]}))
+    return _serious(AXE.run(page, context=CODE_BY_SAMPLES, options=options or VIOLATIONS))
 
 
 # Every formula typeset: each `.arithmatex` holds MathJax output, and no TeX delimiter is left in the text
