@@ -44,7 +44,7 @@ CHROMIUM_ARGS = [
 # cache). Math is typeset when the site is built: pages load MathJax's stylesheet and the fonts they use.
 PAGE_BUDGET_BYTES = 750_000  # heaviest page 682,485 on 2026-11-24 (the scaling article)
 
-SHARDS = 2  # the pages are visited in this many groups, side by side: page i in shard i % SHARDS
+SHARDS = 4  # the pages are visited in this many groups, side by side: page i in shard i % SHARDS
 
 _visits: dict[str, Visit] = {}
 _numbers: dict[str, tuple[int, int]] = {}  # path -> (bytes, formulas), from the xdist workers
@@ -142,16 +142,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[_serving].close()
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The groups that `pytest --dist loadgroup` keeps to one worker each: the reader's run, each shard of pages."""
-    for item in items:
-        if HERE not in item.path.parents:  # the run's other wings (this hook sees every item)
-            continue
-        if item.path.name in ("test_reader.py", "test_install.py"):
+# The reader's run is the longest group: it goes first, so that a worker takes it as soon as the browser tests
+# start, its longest test first, so that pytest-xdist queues nothing behind it until it is nearly done.
+FIRST = ("test_reader.py", "test_install.py")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """The groups that `pytest --dist loadgroup` keeps to one worker each (the reader's run, each shard of
+    pages), marked before pytest-xdist reads them; then the reader's tests moved to the front of this wing."""
+    mine = [index for index, item in enumerate(items) if HERE in item.path.parents]
+    for index in mine:
+        item = items[index]
+        if item.path.name in FIRST:
             item.add_marker(pytest.mark.xdist_group("reader"))
         elif "visits" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(shard_group(item.callspec.params["visits"])))
+    yield
+    rank = {name: position for position, name in enumerate(FIRST)}
+    ordered = sorted(
+        (items[i] for i in mine), key=lambda item: rank.get(item.path.name, len(FIRST))
+    )
+    for index, item in zip(mine, ordered, strict=True):
+        items[index] = item
 
 
 def shard_group(shard: int) -> str:
