@@ -25,6 +25,7 @@ from qkv.kernels import decode_attention, flash_attention
 from qkv.masks import (
     additive_to_keep,
     causal_mask,
+    document_mask,
     keep_to_additive,
     keep_to_key_padding,
     key_padding_to_keep,
@@ -63,6 +64,7 @@ __all__ = [
     "block_sparse_attention",
     "causal_mask",
     "decode_attention",
+    "document_mask",
     "flash_attention",
     "flex_attention",
     "generate",
