@@ -21,7 +21,7 @@ from qkv.efficient import (
 from qkv.flex import block_mask, flex_attention
 from qkv.functional import attention_weights, scaled_dot_product_attention
 from qkv.gpt import GPT, GPTConfig, generate, next_token_probabilities
-from qkv.kernels import decode_attention, flash_attention
+from qkv.kernels import decode_attention, flash_attention, flash_attention_varlen
 from qkv.masks import (
     additive_to_keep,
     causal_mask,
@@ -66,6 +66,7 @@ __all__ = [
     "decode_attention",
     "document_mask",
     "flash_attention",
+    "flash_attention_varlen",
     "flex_attention",
     "generate",
     "keep_to_additive",
