@@ -4,16 +4,17 @@
 #   benchmarks/gpu.sh OUT [STAGE ...]
 #
 # Run from the repository root on a machine with an NVIDIA GPU, Python 3, torch and triton (no network, no
-# nox: the package runs from src/). STAGE is env, tests, square, masks or split-kv; no STAGE runs all five in
-# that order. Where each command may run at most 10 minutes, run one stage per command: each stage stops itself
-# before then, and the benchmark stages save their JSON after every case. What each stage writes into OUT:
+# nox: the package runs from src/). STAGE is env, tests, square, masks, split-kv or varlen; no STAGE runs all
+# six in that order. Where each command may run at most 10 minutes, run one stage per command: each stage
+# stops itself before then, and the benchmark stages save their JSON after every case. What each stage writes
+# into OUT:
 #
 #   env     nvidia-smi.txt (nvidia-smi -q), versions.json (GPU, driver, CUDA, torch, triton, cuDNN, date)
-#   tests   tests.txt: the kernels' tests on CUDA in float16 and bfloat16 (TRITON_INTERPRET=0; the
-#           autotuner off, QKV_FLASH_AUTOTUNE=0, so that correctness takes minutes), then the article's
-#           CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed: a machine without a package
-#           index gets it from WHEELS, a folder of wheels brought along (pytest_codeblocks-0.18.0 is pure
-#           Python), installed into the Python that runs the tests
+#   tests   tests.txt: the kernels' tests on CUDA in float16 and bfloat16, packed batches included
+#           (TRITON_INTERPRET=0; the autotuner off, QKV_FLASH_AUTOTUNE=0, so that correctness takes
+#           minutes), then the article's CUDA blocks (docs-cuda.txt) where pytest-codeblocks is installed: a
+#           machine without a package index gets it from WHEELS, a folder of wheels brought along
+#           (pytest_codeblocks-0.18.0 is pure Python), installed into the Python that runs the tests
 #   square  bench-square.json and plots/: full and causal, N = 1k .. 16k, D = 128 then 64 (HEAD_DIMS, e.g.
 #           HEAD_DIMS=64 to measure only what an earlier run left out), bfloat16
 #   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
@@ -22,18 +23,21 @@
 #           16-token pages) against torch's SDPA and qkv-flash: 1, 4 and 16 queries, GQA 32/8, 4k to
 #           128k keys for 4 sequences and 4k to 32k for 16; D = 128, bfloat16 (DECODE_PATHS to choose
 #           paths). About 150 cases: expect 4 to 6 minutes, compiling and autotuning included
+#   varlen  bench-varlen.json: four causal documents of N, 3N/4, N/2 and N/4 tokens (N = 4k, 16k), padded to N
+#           for torch's SDPA and qkv-flash (key_lengths), packed for qkv-flash-varlen; D = 128, bfloat16,
+#           forward and forward + backward (VARLEN_PATHS to choose paths). 20 cases
 #
 # PATHS names the paths the square and masks stages time (default: every path; "torch qkv-flash" is what the
-# table below needs). square, masks and split-kv also add their qkv-flash and torch times to OUT/measured.json,
-# the table that qkv.attention's "auto" reads: commit it as src/qkv/kernels/measured.json, and the bench JSON
-# under docs/.
+# table below needs). square, masks, split-kv and varlen also add their qkv-flash and torch times to
+# OUT/measured.json, the table that qkv.attention's "auto" reads: commit it as src/qkv/kernels/measured.json,
+# and the bench JSON under docs/.
 # Every case is checked against the float32 reference before it is timed (status "wrong" if it fails).
 set -euo pipefail
 
-out=${1:?usage: benchmarks/gpu.sh OUT [env|tests|square|masks|split-kv ...]}
+out=${1:?usage: benchmarks/gpu.sh OUT [env|tests|square|masks|split-kv|varlen ...]}
 shift
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(env tests square masks split-kv)
+[ ${#stages[@]} -gt 0 ] || stages=(env tests square masks split-kv varlen)
 mkdir -p "$out"
 export PYTHONPATH=src TRITON_INTERPRET=0 TRITON_DEFAULT_FP_FUSION=1
 python=${PYTHON:-python3}
@@ -44,6 +48,7 @@ stop=(timeout --kill-after=20)
 read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn qkv-flash}"
 # torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left)
 read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged}"
+read -r -a varlen_paths <<<"${VARLEN_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-flash-varlen}"
 
 for stage in "${stages[@]}"; do
   echo "== $stage ($(date -u +%FT%TZ))"
@@ -71,7 +76,7 @@ PY
     tests)
       # the sm_90 compile test is for machines without a GPU: here every kernel compiles for real
       QKV_FLASH_AUTOTUNE=0 "${stop[@]}" "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
-        -k "not test_kernels_compile_for_a_gpu" tests/library/test_flash.py \
+        -k "not test_kernels_compile_for_a_gpu" tests/library/test_flash.py tests/library/test_flash_varlen.py \
         tests/library/test_decode_kernel.py tests/library/test_dispatch.py tests/library/test_tiles.py \
         2>&1 | tee "$out/tests.txt" || true
       if [ -n "${WHEELS:-}" ]; then
@@ -99,8 +104,13 @@ PY
         --head-dim 128 --paths "${decode_paths[@]}" \
         --out "$out/bench-split-kv.json" --table "$out/measured.json" || true
       ;;
+    varlen)
+      "${stop[@]}" --signal=INT "$limit" "$python" -m qkv_lab.bench --suite varlen --dtype bf16 \
+        --head-dim 128 --paths "${varlen_paths[@]}" \
+        --out "$out/bench-varlen.json" --table "$out/measured.json" || true
+      ;;
     *)
-      echo "unknown stage $stage: use env, tests, square, masks or split-kv" >&2
+      echo "unknown stage $stage: use env, tests, square, masks, split-kv or varlen" >&2
       exit 2
       ;;
   esac

@@ -21,10 +21,11 @@ from qkv.efficient import (
 from qkv.flex import block_mask, flex_attention
 from qkv.functional import attention_weights, scaled_dot_product_attention
 from qkv.gpt import GPT, GPTConfig, generate, next_token_probabilities
-from qkv.kernels import decode_attention, flash_attention
+from qkv.kernels import decode_attention, flash_attention, flash_attention_varlen
 from qkv.masks import (
     additive_to_keep,
     causal_mask,
+    document_mask,
     keep_to_additive,
     keep_to_key_padding,
     key_padding_to_keep,
@@ -63,7 +64,9 @@ __all__ = [
     "block_sparse_attention",
     "causal_mask",
     "decode_attention",
+    "document_mask",
     "flash_attention",
+    "flash_attention_varlen",
     "flex_attention",
     "generate",
     "keep_to_additive",

@@ -1,5 +1,6 @@
 """Input validation shared by the public functions: one place, messages that name arguments and shapes."""
 
+from itertools import pairwise
 from numbers import Real
 
 import torch
@@ -36,6 +37,46 @@ def check_sizes(minimum: int = 1, **sizes: object) -> None:
             raise ValueError(
                 f"{name} must be {'positive' if minimum else 'non-negative'}, got {size}"
             )
+
+
+def check_cumulative_lengths(
+    name: str, cu_seqlens: object, total: int | None = None, packed: str = ""
+) -> list[int]:
+    """Raise unless `cu_seqlens` holds the cumulative lengths of packed sequences; return the N lengths.
+
+    Cumulative lengths are int32 `(N + 1,)`, start at 0, never decrease and, when `total` is given, end at
+    it: sequence `b` is tokens `cu_seqlens[b] .. cu_seqlens[b + 1] - 1`. `packed` names the tensor whose
+    tokens `total` counts, for the message. Reads the values (a device sync on a GPU).
+    """
+    if not isinstance(cu_seqlens, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32 cumulative lengths, got dtype {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() == 0:
+        raise ValueError(f"{name} must be 1-D (N + 1,), got shape {shape(cu_seqlens)}")
+    values = cu_seqlens.tolist()
+    if values[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {_few(values)}")
+    for index, (before, after) in enumerate(pairwise(values)):
+        if after < before:
+            raise ValueError(
+                f"{name} must not decrease, got {name}[{index}] = {before} > "
+                f"{name}[{index + 1}] = {after}: {_few(values)}"
+            )
+    if total is not None and values[-1] != total:
+        raise ValueError(
+            f"{name} must end at the number of packed tokens, {total} ({packed}), "
+            f"got {values[-1]}: {_few(values)}"
+        )
+    return [after - before for before, after in pairwise(values)]
+
+
+def _few(values: list[int], shown: int = 12) -> str:
+    """`values` for a message: all of them, or the first and last few of a long list."""
+    if len(values) <= shown:
+        return str(values)
+    half = shown // 2
+    return f"[{', '.join(map(str, values[:half]))}, ..., {', '.join(map(str, values[-half:]))}]"
 
 
 def check_same_dtype_and_device(**tensors: Tensor) -> None:

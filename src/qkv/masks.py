@@ -26,7 +26,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from qkv._checks import check_broadcast, check_key_mask, check_mask, check_sizes, shape
+from qkv._checks import (
+    check_broadcast,
+    check_cumulative_lengths,
+    check_key_mask,
+    check_mask,
+    check_sizes,
+    shape,
+)
 
 Alignment = Literal["top_left", "bottom_right"]
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -118,16 +125,7 @@ def parse_mask(
             not `(B,)` on the queries' device, masks that do not broadcast or are on another device.
     """
     aligned = _alignment(is_causal, causal_name)
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int):
-            raise TypeError(f"window must be an int or None, got {type(window).__name__}")
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        if aligned is None:
-            raise ValueError(
-                f"window={window} needs a causal alignment: pass {causal_name}=True, 'top_left' or "
-                "'bottom_right' (the window ends at the last key a query may see)"
-            )
+    _check_window(window, aligned, causal_name)
     if key_lengths is not None:
         _check_key_lengths(key_lengths, scores[0], query.device)
     if attn_mask is not None:
@@ -157,6 +155,21 @@ def _alignment(is_causal: object, name: str) -> Alignment | None:
     if is_causal not in ALIGNMENTS:
         raise ValueError(f"{name} must be False, True or one of {ALIGNMENTS}, got {is_causal!r}")
     return is_causal
+
+
+def _check_window(window: object, aligned: Alignment | None, causal_name: str) -> None:
+    """Raise unless `window` is None, or an int of at least 1 with a causal alignment."""
+    if window is None:
+        return
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window must be an int or None, got {type(window).__name__}")
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    if aligned is None:
+        raise ValueError(
+            f"window={window} needs a causal alignment: pass {causal_name}=True, 'top_left' or "
+            "'bottom_right' (the window ends at the last key a query may see)"
+        )
 
 
 def _check_key_lengths(key_lengths: object, batch: int, device: torch.device) -> None:
@@ -305,6 +318,71 @@ def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
         raise ValueError(f"max_len {max_len} is shorter than the longest sequence ({longest})")
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
     return (positions < lengths[:, None])[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+
+
+def document_mask(
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    *,
+    causal: Causal = False,
+    window: int | None = None,
+) -> Tensor:
+    """Which keys each query of a packed batch may attend: its own sequence's, masked as if it were alone.
+
+    Sequences are packed one after another: sequence `b` holds queries `cu_seqlens_q[b] .. cu_seqlens_q[b + 1]
+    - 1` and keys `cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1`. A query may attend only keys of its own
+    sequence (the document mask), and among those what `causal` and `window` allow, with positions counted
+    from the sequence's start and the alignment taken per sequence, as `causal_mask` and
+    `sliding_window_mask` of its `(L_b, S_b)`. Two sequences of 2 and 1 queries, 3 and 2 keys
+    (`cu_seqlens_q = [0, 2, 3]`, `cu_seqlens_k = [0, 3, 5]`):
+
+        causal=False   "top_left"   "bottom_right"
+        1 1 1 0 0      1 0 0 0 0    1 1 0 0 0
+        1 1 1 0 0      1 1 0 0 0    1 1 1 0 0
+        0 0 0 1 1      0 0 0 1 0    0 0 0 1 1
+
+    A query whose sequence has no key (or that comes before every key, bottom-right with `L_b > S_b`) keeps
+    none: its row is all False, and attention gives it zeros. The mask is dense, `O(total_q * total_k)`: a
+    reference for small batches; `qkv.flash_attention_varlen` computes the same without building it.
+
+    Args:
+        cu_seqlens_q: int32 `(N + 1,)`, the cumulative query lengths: 0, then non-decreasing.
+        cu_seqlens_k: int32 `(N + 1,)`, the cumulative key lengths, on the same device.
+        causal: False, True (= `"top_left"`) or `"bottom_right"`.
+        window: how many keys each query sees, itself included (at least 1); needs `causal`.
+
+    Returns:
+        bool `(total_q, total_k)`, True = may attend, on the lengths' device; `total_q = cu_seqlens_q[N]`.
+
+    Raises:
+        TypeError: lengths that are not int32 tensors, a `causal` neither bool nor str, a non-int `window`.
+        ValueError: lengths that are not 1-D, do not start at 0, decrease, or count different numbers of
+            sequences or lie on different devices; an unknown alignment, a `window` below 1 or without
+            `causal`.
+    """
+    aligned = _alignment(causal, "causal")
+    _check_window(window, aligned, "causal")
+    lengths_q = check_cumulative_lengths("cu_seqlens_q", cu_seqlens_q)
+    device = cu_seqlens_q.device
+    if isinstance(cu_seqlens_k, Tensor) and cu_seqlens_k.device != device:
+        raise ValueError(
+            f"cu_seqlens_k is on {cu_seqlens_k.device} but cu_seqlens_q is on {device}"
+        )
+    lengths_k = check_cumulative_lengths("cu_seqlens_k", cu_seqlens_k)
+    if len(lengths_q) != len(lengths_k):
+        raise ValueError(
+            "cu_seqlens_q and cu_seqlens_k disagree on the number of sequences N: "
+            f"cu_seqlens_q {shape(cu_seqlens_q)} vs cu_seqlens_k {shape(cu_seqlens_k)}"
+        )
+    within = Mask(alignment=aligned, window=window)  # one sequence's mask, as the kernels read it
+    mask = torch.zeros(sum(lengths_q), sum(lengths_k), dtype=torch.bool, device=device)
+    first_q = first_k = 0
+    for seqlen_q, seqlen_k in zip(lengths_q, lengths_k, strict=True):
+        block = within.as_tensor(seqlen_q, seqlen_k, device)  # (L_b, S_b), None: keeps every pair
+        rows, cols = slice(first_q, first_q + seqlen_q), slice(first_k, first_k + seqlen_k)
+        mask[rows, cols] = True if block is None else block
+        first_q, first_k = first_q + seqlen_q, first_k + seqlen_k
+    return mask
 
 
 def key_padding_to_keep(key_padding_mask: Tensor) -> Tensor:

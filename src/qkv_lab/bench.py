@@ -9,6 +9,9 @@ Paths measured:
   `torch.nn.attention.sdpa_kernel`;
 - `qkv-flash`: `qkv.attention(backend="triton")`, the package's Triton kernels (CUDA only: the interpreter's
   timings would mean nothing);
+- `qkv-flash-varlen`: `qkv.flash_attention_varlen`, the same kernels on the documents of a `varlen` case packed
+  one after another (CUDA only; other cases are `unsupported`). Like the decoding paths, it is checked on its
+  first call and then runs the kernels without the checks, which read the lengths back from the GPU;
 - `qkv-decode`, `qkv-decode-unsplit`, `qkv-decode-paged`: `qkv.decode_attention`, the split-KV decoding
   kernels (CUDA only), for bottom-right causal cases without window or padding (others are `unsupported`):
   with its default number of splits, with one split (no split: what splitting buys), and reading the same
@@ -26,14 +29,18 @@ Masks other than top-left causal reach torch as the boolean mask `qkv.attention`
 - `gqa`: 32 query heads sharing 8 key/value heads, causal at 4k and 16k, and decoding 16 queries on 32k keys;
 - `window`: a 4k sliding window over 64k keys, causal;
 - `padding`: four sequences of 4k or 16k padded keys, keeping all, 3/4, 1/2 and 1/4 of them (`key_lengths`);
-- `long`: causal at 128k, one sequence, to show memory linear in N.
+- `long`: causal at 128k, one sequence, to show memory linear in N;
+- `varlen`: four documents of N, 3/4, 1/2 and 1/4 of N tokens (N = 4k, 16k), causal: the padded paths take
+  them padded to N with `key_lengths` (they compute the padding queries too), `qkv-flash-varlen` packed.
 
 Before timing, each case's output is checked against the float32 reference on a block of query rows (the
-first rows, or the last where the mask is aligned bottom-right or L = S), with the tests' rule: at most twice
+first rows, or the last where the mask is aligned bottom-right or L = S; the first rows of every document of a
+`varlen` case), with the tests' rule: at most twice
 torch's own error in the same dtype (`torch` path) plus 1e-5; a case that fails is recorded as `wrong`, not
 timed. A path that cannot run a case is recorded, not dropped: status `unsupported` (no kernel for these
 inputs, with torch's or qkv's reason) or `oom`. FLOPs count the two matrix products for the query-key pairs
-the mask keeps, `4 * B * H * D * pairs` (`4 B H N^2 D` unmasked, about half that causal); the backward pass
+the mask keeps, `4 * B * H * D * pairs` (`4 B H N^2 D` unmasked, about half that causal; in a `varlen` case the
+documents' own pairs, whatever a path computes for padding); the backward pass
 counts 2.5 times the forward. Each case is timed and its peak memory read by the lab's harness
 (`qkv_lab.harness`: the fastest of repeated runs, `triton.testing.do_bench` on CUDA) after a first call that
 compiles and autotunes. (The H100 run of 2026-11-25 took do_bench's median instead.)
@@ -53,6 +60,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import sys
 import warnings
@@ -67,6 +75,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import qkv
 from qkv.dispatch import attention, call_kind
 from qkv.kernels import tiles
+from qkv.kernels.contract import Packing
 from qkv.masks import Mask
 from qkv_lab.harness import (
     environment,
@@ -85,12 +94,13 @@ TORCH_BACKENDS = {
     "torch-efficient": SDPBackend.EFFICIENT_ATTENTION,
     "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
 }
+VARLEN_PATH = "qkv-flash-varlen"
 DECODE_PATHS = ("qkv-decode", "qkv-decode-unsplit", "qkv-decode-paged")
-KERNEL_PATHS = ("qkv-flash", *DECODE_PATHS)  # CUDA only
+KERNEL_PATHS = ("qkv-flash", VARLEN_PATH, *DECODE_PATHS)  # CUDA only
 PATHS = ("reference", "torch", *TORCH_BACKENDS, *KERNEL_PATHS)
 MODES = ("forward", "forward+backward")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-SUITES = ("square", "decode", "split-kv", "gqa", "window", "padding", "long")
+SUITES = ("square", "decode", "split-kv", "gqa", "window", "padding", "long", "varlen")
 DECODE_PAGE_SIZE = 16  # tokens per page of the qkv-decode-paged path (vLLM's default block size)
 BACKWARD_FLOPS_FACTOR = 2.5  # the backward pass does 2.5 times the forward's matrix-product FLOPs
 CHECKED_ROWS = 64  # query rows compared with the reference before timing
@@ -114,6 +124,7 @@ class Case:
     heads_kv: int
     window: int | None = None
     padded: bool = False  # batch b keeps (B - b) / B of the keys (key_lengths)
+    documents: bool = False  # with padded: batch b is one document, its queries as many as its keys
     suite: str = "square"
 
 
@@ -125,12 +136,15 @@ def key_lengths(case: Case) -> list[int] | None:
 
 
 def kept_pairs(case: Case) -> int:
-    """How many (query, key) pairs the case's mask keeps, summed over the batch (one head)."""
+    """How many (query, key) pairs the case's mask keeps, summed over the batch (one head).
+
+    Of documents, only their own queries count: the padding queries of a padded batch do no useful work.
+    """
     offset = case.seqlen_k - case.seqlen_q if case.causal == "bottom_right" else 0
     lengths = key_lengths(case) or [case.seqlen_k] * case.batch
     pairs = 0
     for kv_len in lengths:
-        for row in range(case.seqlen_q):
+        for row in range(kv_len if case.documents else case.seqlen_q):
             lo, _, hi, _ = tiles.key_bounds(
                 row, row, kv_len, offset, case.window, bool(case.causal), case.window is not None
             )
@@ -152,6 +166,8 @@ def attention_function(path: str) -> Attention:
         return lambda q, k, v, **masks: attention(q, k, v, backend=path, **masks)
     if path == "qkv-flash":
         return lambda q, k, v, **masks: attention(q, k, v, backend="triton", **masks)
+    if path == VARLEN_PATH:
+        return _varlen_function()
     if path in DECODE_PATHS:
         return _decode_function(path)
     backend = TORCH_BACKENDS[path]
@@ -161,6 +177,59 @@ def attention_function(path: str) -> Attention:
             return attention(q, k, v, backend="torch", **masks)
 
     return forced
+
+
+def _varlen_function() -> Attention:
+    """`qkv.flash_attention_varlen` as a path, on the options of `pack_documents`: checked on its first call,
+    then the kernels alone (`qkv.kernels.flash.attend_packed`)."""
+    from qkv.kernels import flash  # imports Triton: only where the path runs, on CUDA
+
+    checked = False
+
+    def call(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
+        nonlocal checked
+        if "cu_seqlens" not in masks:
+            raise ValueError(f"{VARLEN_PATH} runs the packed documents of the varlen suite only")
+        cu_seqlens, longest = masks["cu_seqlens"], masks["max_seqlen"]
+        causal, window = masks["is_causal"], masks["window"]
+        if not checked:
+            checked = True
+            return qkv.flash_attention_varlen(
+                q,
+                k,
+                v,
+                cu_seqlens,
+                cu_seqlens,
+                max_seqlen_q=longest,
+                max_seqlen_k=longest,
+                causal=causal,
+                window=window,
+            )
+        packing = Packing(cu_seqlens, cu_seqlens, longest, longest)
+        mask = Mask(alignment=causal or None, window=window)
+        return flash.attend_packed(q, k, v, packing, mask, None)
+
+    return call
+
+
+def pack_documents(
+    case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict
+) -> tuple[Tensor, Tensor, Tensor, dict]:
+    """The documents of a padded batch packed one after another, and the options of `qkv-flash-varlen`.
+
+    Returns:
+        q `(total, H, D)`, k and v `(total, H_kv, D)`, and `{cu_seqlens, max_seqlen, is_causal, window}`.
+    """
+    lengths = key_lengths(case)
+
+    def pack(x: Tensor) -> Tensor:  # (B, heads, S, D) -> (total, heads, D)
+        return torch.cat([x[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
+
+    cumulative = [0, *itertools.accumulate(lengths)]
+    cu_seqlens = torch.tensor(cumulative, dtype=torch.int32, device=q.device)
+    options = {"cu_seqlens": cu_seqlens, "max_seqlen": max(lengths)}
+    options |= {"is_causal": masks["is_causal"], "window": masks["window"]}
+    return pack(q), pack(k), pack(v), options
 
 
 def _decode_function(path: str) -> Attention:
@@ -259,7 +328,8 @@ def measure(case: Case, device: torch.device) -> dict:
 
 
 def _inputs(case: Case, device: torch.device) -> tuple[Tensor, Tensor, Tensor, dict]:
-    """Seeded q `(B, H, L, D)`, k and v `(B, H_kv, S, D)`, and the mask options of `attention`."""
+    """Seeded q `(B, H, L, D)`, k and v `(B, H_kv, S, D)`, and the mask options of `attention`; for
+    `qkv-flash-varlen` on documents, the same packed by `pack_documents`."""
     generator = torch.Generator(device=device).manual_seed(0)
     dtype = DTYPES[case.dtype]
     q = torch.randn(
@@ -284,6 +354,8 @@ def _inputs(case: Case, device: torch.device) -> tuple[Tensor, Tensor, Tensor, d
         "key_lengths": None if lengths is None else torch.tensor(lengths, device=device),
         "enable_gqa": case.heads != case.heads_kv,
     }
+    if case.path == VARLEN_PATH and case.documents:
+        return pack_documents(case, q, k, v, masks)
     return q, k, v, masks
 
 
@@ -291,8 +363,12 @@ def check_output(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> tu
     """The case's error on a block of query rows against float32, and the error it is allowed.
 
     The block is the first `CHECKED_ROWS` rows (the same mask as `(rows, S)`, top-left), or the last ones
-    where the mask is aligned bottom-right or L = S (the same mask as `(rows, S)` bottom-right).
+    where the mask is aligned bottom-right or L = S (the same mask as `(rows, S)` bottom-right). Of
+    documents (causal, top-left), it is the first rows of each, padded or packed: they see only the
+    document's first keys, the same in both layouts.
     """
+    if case.documents:
+        return _check_documents(case, q, k, v, masks)
     rows = min(CHECKED_ROWS, case.seqlen_q)
     last = case.causal == "bottom_right" or case.seqlen_q == case.seqlen_k
     block = slice(case.seqlen_q - rows, None) if last else slice(0, rows)
@@ -305,6 +381,41 @@ def check_output(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> tu
             q_block.float(), k.float(), v.float(), backend="reference", **block_masks
         )
         torch_own = attention(q_block, k, v, backend="torch", **block_masks).float()
+    return _error_and_allowed(out, expected, torch_own)
+
+
+def _check_documents(
+    case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict
+) -> tuple[float, float]:
+    """`check_output` of a documents case: the first rows of each document, as the reference sees them."""
+    if case.causal != "top_left":
+        raise ValueError("documents are checked under the top-left causal mask only")
+    lengths = key_lengths(case)
+    rows = min(CHECKED_ROWS, *lengths)
+    starts = torch.tensor([0, *itertools.accumulate(lengths[:-1])], device=q.device)
+
+    def first_rows(
+        x: Tensor,
+    ) -> Tensor:  # (B, heads, rows, D), from (B, heads, S, D) or (total, heads, D)
+        if x.dim() == 4:
+            return x[:, :, :rows]
+        index = starts[:, None] + torch.arange(rows, device=x.device)  # (B, rows)
+        return x[index].transpose(1, 2)  # (B, rows, heads, D) -> (B, heads, rows, D)
+
+    q_block, k_block, v_block = (first_rows(x) for x in (q, k, v))
+    block_masks = {"is_causal": case.causal, "window": case.window, "key_lengths": None}
+    block_masks |= {"enable_gqa": case.heads != case.heads_kv}
+    with torch.no_grad():
+        out = first_rows(attention_function(case.path)(q, k, v, **masks)).float()
+        expected = attention(
+            q_block.float(), k_block.float(), v_block.float(), backend="reference", **block_masks
+        )
+        torch_own = attention(q_block, k_block, v_block, backend="torch", **block_masks).float()
+    return _error_and_allowed(out, expected, torch_own)
+
+
+def _error_and_allowed(out: Tensor, expected: Tensor, torch_own: Tensor) -> tuple[float, float]:
+    """The largest error of `out`, and twice torch's own in the same dtype (plus 1e-5)."""
     error = (out - expected).abs().max().item()
     allowed = 2 * (torch_own - expected).abs().max().item() + 1e-5
     return error, allowed
@@ -384,6 +495,9 @@ def _shapes(suite: str, head_dim: int, args: argparse.Namespace) -> Iterator[tup
             yield _shape(n, n, 4, heads, heads, padded=True), MODES
     elif suite == "long":
         yield _shape(131072, 131072, 1, heads, heads, causal="top_left"), MODES
+    elif suite == "varlen":
+        for n in (4096, 16384):
+            yield _shape(n, n, 4, heads, heads, "top_left", padded=True, documents=True), MODES
 
 
 def _shape(seqlen_q, seqlen_k, batch, heads, heads_kv, causal=False, **more) -> dict:

@@ -244,3 +244,58 @@ def test_pages_read_back_the_cache():
     for pages, cache in ((key_pages, k), (value_pages, v)):
         gathered = pages[tables.long()].transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, D)
         assert torch.equal(gathered, cache)
+
+
+DOCUMENTS = {"causal": "top_left", "padded": True, "documents": True, "batch": 4}
+DOCUMENTS |= {"seqlen_q": 12, "seqlen_k": 12, "heads": 2, "heads_kv": 1}  # documents of 12, 9, 6, 3
+
+
+def test_kept_pairs_of_documents_count_their_own_queries_only():
+    lengths = bench.key_lengths(case(**DOCUMENTS))
+    assert lengths == [12, 9, 6, 3]
+    cu_seqlens = torch.tensor([0, 12, 21, 27, 30], dtype=torch.int32)
+    assert (
+        bench.kept_pairs(case(**DOCUMENTS))
+        == qkv.document_mask(cu_seqlens, cu_seqlens, causal=True).sum()
+    )
+
+
+@pytest.mark.parametrize("path", ["reference", "torch"])
+def test_documents_are_checked_then_timed_padded(path):
+    record = bench.measure(case(path, "forward+backward", **DOCUMENTS), torch.device("cpu"))
+    assert record["status"] == "ok", record
+    assert 0 <= record["error"] <= record["allowed_error"]
+    assert record["tflops"] > 0
+
+
+def test_varlen_path_computes_the_documents_packed():
+    # Under the interpreter (tests/conftest.py) the kernels run on the CPU: the documents packed, then checked
+    # on their first rows against the padded reference, as on a GPU before timing.
+    documents = case(bench.VARLEN_PATH, dtype="fp16", **DOCUMENTS)
+    q, k, v, options = bench._inputs(documents, torch.device("cpu"))
+    assert (q.shape, k.shape) == ((30, 2, 16), (30, 1, 16))  # 12 + 9 + 6 + 3 tokens
+    assert options["cu_seqlens"].tolist() == [0, 12, 21, 27, 30]
+    error, allowed = bench.check_output(documents, q, k, v, options)
+    assert error <= allowed
+    padded = bench._inputs(case("reference", dtype="fp16", **DOCUMENTS), torch.device("cpu"))
+    assert torch.equal(q[12:21], padded[0][1, :, :9].transpose(0, 1))  # document 1, same numbers
+
+
+def test_varlen_path_refuses_a_padded_batch():
+    record = bench.measure(case(bench.VARLEN_PATH, causal="top_left"), torch.device("cpu"))
+    assert (record["status"], record["reason"]) == ("unsupported", "needs CUDA")
+    padding = case(bench.VARLEN_PATH, dtype="fp16", padded=True, batch=2)
+    q, k, v, masks = bench._inputs(padding, torch.device("cpu"))
+    with pytest.raises(ValueError, match="packed documents of the varlen suite only"):
+        bench.attention_function(bench.VARLEN_PATH)(q, k, v, **masks)
+
+
+def test_varlen_suite_packs_documents_against_a_padded_batch():
+    argv = ["--device", "cpu", "--suite", "varlen", "--head-dim", "128", "--dtype", "bf16"]
+    todo = bench.cases(bench.parse_args([*argv, "--paths", "torch", bench.VARLEN_PATH]))
+    assert {c.path for c in todo} == {"torch", bench.VARLEN_PATH}
+    assert {(c.causal, c.padded, c.documents, c.batch) for c in todo} == {
+        ("top_left", True, True, 4)
+    }
+    assert {c.seqlen_k for c in todo} == {4096, 16384}
+    assert {c.mode for c in todo} == set(bench.MODES)

@@ -290,8 +290,8 @@ def test_non_contiguous_inputs_match_torch():
 def test_stored_logsumexp_is_the_scores_logsumexp(causal, window):
     q, k, v = random_qkv(1, 2, 23, 37, 32)
     scale = 1 / math.sqrt(32)
-    offset = 37 - 23 if causal == "bottom_right" else 0
-    _, lse = flash._flash_forward(q, k, v, None, bool(causal), offset, window, scale)
+    bottom_right = causal == "bottom_right"
+    _, lse = flash._flash_forward(q, k, v, None, bool(causal), bottom_right, window, scale)
     scores = q.double() @ k.double().transpose(-2, -1) * scale  # (B, H, L, S)
     mask = reference_mask(1, 23, 37, causal, window).to(DEVICE)
     scores = scores.masked_fill(~mask, float("-inf"))
@@ -350,8 +350,9 @@ COMPILE_FOR_GPU = textwrap.dedent(
 
     assert not flash.INTERPRETED
     H100_SHARED_MEMORY = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
-    TYPES = {"LSE": "*fp32", "Delta": "*fp32", "KeyLengths": "*i32", "scale": "fp32", "qk_scale": "fp32"}
-    TYPES |= dict.fromkeys(["seqlen_q", "seqlen_k", "offset", "window", "group"], "i32")
+    TYPES = {"LSE": "*fp32", "Delta": "*fp32", "scale": "fp32", "qk_scale": "fp32"}
+    TYPES |= dict.fromkeys(["KeyLengths", "CuSeqlensQ", "CuSeqlensK"], "*i32")
+    TYPES |= dict.fromkeys(["seqlen_q", "seqlen_k", "bottom_right", "window", "group"], "i32")
 
 
     def compile_for_sm90(kernel, given, dtype, num_warps=4, num_stages=3):
@@ -381,10 +382,12 @@ COMPILE_FOR_GPU = textwrap.dedent(
         (flash._backward_dkdv_kernel, {"BLOCK_M": 32, "BLOCK_N": 64}),
         (flash._backward_dq_kernel, {"BLOCK_M": 64, "BLOCK_N": 32}),
     ]
-    PLAIN = {"CAUSAL": False, "WINDOW": False, "KeyLengths": None}  # no key lengths: a None constant
-    EVERY_MASK = {"CAUSAL": True, "WINDOW": True}  # and a KeyLengths pointer
+    PADDED = {"CuSeqlensQ": None, "CuSeqlensK": None}  # no cumulative lengths: None constants
+    PLAIN = {"CAUSAL": False, "WINDOW": False, "KeyLengths": None, **PADDED}
+    EVERY_MASK = {"CAUSAL": True, "WINDOW": True, **PADDED}  # and a KeyLengths pointer
+    PACKED = {"CAUSAL": True, "WINDOW": True, "KeyLengths": None}  # cumulative length pointers
     for kernel, constants in KERNELS:
-        for masks in (PLAIN, EVERY_MASK) if "KeyLengths" in kernel.arg_names else ({},):
+        for masks in (PLAIN, EVERY_MASK, PACKED) if "KeyLengths" in kernel.arg_names else ({},):
             compile_for_sm90(kernel, {"HEAD_DIM": 64, **masks, **constants}, "*bf16")
 
     # Every tile size the autotuner may try, at the largest head size and its deepest pipeline (the most

@@ -19,6 +19,17 @@ import qkv
 
 B, H, N, E = 2, 2, 8, 4
 
+
+def _packed(x: object) -> object:
+    """A `(B, H, N, E)` tensor as B sequences of N packed one after another, `(B * N, H, E)`; else as given."""
+    if isinstance(x, torch.Tensor) and x.dim() == 4:
+        return x.transpose(1, 2).flatten(0, 1)  # (B, H, N, E) -> (B, N, H, E) -> (B * N, H, E)
+    return x
+
+
+CU_SEQLENS = torch.arange(
+    0, (B + 1) * N, N, dtype=torch.int32
+)  # B sequences of N: 0, N, ..., B * N
 CALLABLES: dict[str, Callable] = {
     "scaled_dot_product_attention": qkv.scaled_dot_product_attention,
     "attention": qkv.attention,
@@ -33,13 +44,16 @@ CALLABLES: dict[str, Callable] = {
         q, k, v, torch.randn(4, N, dtype=torch.float64)
     ),
     "flash_attention": qkv.flash_attention,
+    "flash_attention_varlen": lambda q, k, v: qkv.flash_attention_varlen(
+        _packed(q), _packed(k), _packed(v), CU_SEQLENS, CU_SEQLENS
+    ),
     "decode_attention": qkv.decode_attention,
 }
 WITHOUT_VALUE = {"attention_weights", "linear_attention_weights"}  # nothing to spoil in their value
 
 
 def _valid(name: str) -> dict[str, torch.Tensor]:
-    kernels = ("flash_attention", "decode_attention")
+    kernels = ("flash_attention", "flash_attention_varlen", "decode_attention")
     dtype = torch.float16 if name in kernels else torch.float64  # the kernels' dtypes
     return {name: torch.randn(B, H, N, E, dtype=dtype) for name in ("query", "key", "value")}
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import itertools
 import sys
 
 import pytest
@@ -204,6 +205,136 @@ def test_additive_and_bool_masks_give_the_same_attention():
 def test_bad_input_is_rejected_with_a_clear_message(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def cumulative(*lengths):
+    """int32 `(N + 1,)` cumulative lengths: 0, then the running sums of `lengths`."""
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+
+
+def grid(*rows):
+    """A bool mask from rows of 0 and 1 written as strings, "1 0 1"."""
+    return torch.tensor([[int(x) for x in row.split()] for row in rows], dtype=torch.bool)
+
+
+@pytest.mark.parametrize(
+    ("causal", "drawn"),
+    [
+        (False, grid("1 1 1 0 0", "1 1 1 0 0", "0 0 0 1 1")),
+        ("top_left", grid("1 0 0 0 0", "1 1 0 0 0", "0 0 0 1 0")),
+        ("bottom_right", grid("1 1 0 0 0", "1 1 1 0 0", "0 0 0 1 1")),
+    ],
+    ids=["full", "top-left", "bottom-right"],
+)
+def test_document_mask_is_the_grid_its_docstring_draws(causal, drawn):
+    # Two sequences of 2 and 1 queries, 3 and 2 keys.
+    mask = qkv.document_mask(cumulative(2, 1), cumulative(3, 2), causal=causal)
+    assert torch.equal(mask, drawn)
+
+
+@given(
+    lengths=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=4),
+    causal=st.sampled_from([False, True, "bottom_right"]),
+    window=st.one_of(st.none(), st.integers(1, 7)),
+)
+def test_document_mask_keeps_each_query_to_its_own_sequence(lengths, causal, window):
+    window = window if causal else None
+    seqlens_q, seqlens_k = zip(*lengths, strict=True)
+    mask = qkv.document_mask(
+        cumulative(*seqlens_q), cumulative(*seqlens_k), causal=causal, window=window
+    )
+    # (sequence, position) of every query and key, and each sequence's causal offset
+    queries = [(b, i) for b, n in enumerate(seqlens_q) for i in range(n)]
+    keys = [(b, j) for b, n in enumerate(seqlens_k) for j in range(n)]
+    offsets = [s - q if causal == "bottom_right" else 0 for q, s in lengths]
+    assert mask.shape == (len(queries), len(keys))
+    for row, (b, i) in enumerate(queries):
+        for col, (c, j) in enumerate(keys):
+            last = i + offsets[b]  # the last key query i may see
+            kept = b == c and (not causal or j <= last) and (window is None or j > last - window)
+            assert mask[row, col] == kept, (row, col)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        (
+            (cumulative(2, 3).long(), cumulative(2, 3)),
+            {},
+            TypeError,
+            r"cu_seqlens_q must be int32 cumulative lengths, got dtype torch\.int64",
+        ),
+        (
+            ([0, 2, 5], cumulative(2, 3)),
+            {},
+            TypeError,
+            r"cu_seqlens_q must be a torch\.Tensor, got list",
+        ),
+        (
+            (cumulative(2, 3), cumulative(2, 3)[None]),
+            {},
+            ValueError,
+            r"cu_seqlens_k must be 1-D \(N \+ 1,\), got shape \(1, 3\)",
+        ),
+        (
+            (cumulative(2, 3) + 1, cumulative(2, 3)),
+            {},
+            ValueError,
+            r"cu_seqlens_q must start at 0, got \[1, 3, 6\]",
+        ),
+        (
+            (torch.tensor([0, 4, 3], dtype=torch.int32), cumulative(2, 3)),
+            {},
+            ValueError,
+            r"cu_seqlens_q must not decrease, got cu_seqlens_q\[1\] = 4 > cu_seqlens_q\[2\] = 3",
+        ),
+        (
+            (cumulative(2, 3), cumulative(2, 3, 1)),
+            {},
+            ValueError,
+            r"disagree on the number of sequences N: cu_seqlens_q \(3,\) vs cu_seqlens_k \(4,\)",
+        ),
+        (
+            (cumulative(2, 3), cumulative(2, 3).to("meta")),
+            {},
+            ValueError,
+            r"cu_seqlens_k is on meta but cu_seqlens_q is on cpu",
+        ),
+        (
+            (cumulative(2, 3), cumulative(2, 3)),
+            {"window": 2},
+            ValueError,
+            r"window=2 needs a causal alignment: pass causal=True",
+        ),
+        (
+            (cumulative(2, 3), cumulative(2, 3)),
+            {"causal": "top_right"},
+            ValueError,
+            r"causal must be False, True or one of",
+        ),
+    ],
+    ids=[
+        "int64",
+        "list",
+        "2-d",
+        "not-from-0",
+        "decreasing",
+        "different-n",
+        "devices",
+        "window-without-causal",
+        "alignment",
+    ],
+)
+def test_document_mask_names_what_is_wrong(args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        qkv.document_mask(*args, **kwargs)
+
+
+def test_a_long_list_of_lengths_is_shortened_in_the_message():
+    lengths = torch.arange(0, 40, dtype=torch.int32)
+    lengths[30] = 0
+    with pytest.raises(ValueError, match=r"\[0, 1, 2, 3, 4, 5, \.\.\., 34, 35, 36, 37, 38, 39\]$"):
+        qkv.document_mask(lengths, lengths)
 
 
 # The one parsed mask value: qkv.masks.Mask, built by qkv.masks.parse_mask.

@@ -2,13 +2,16 @@
 
 For every block of rows (and of keys) and every tile of the other axis, the tile must be skipped exactly when
 the mask keeps nothing in it, computed without a mask only when it keeps everything in range, and masked
-otherwise.
+otherwise. A packed batch's count is checked against `qkv.document_mask`, tile by tile.
 """
+
+import itertools
 
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import qkv
 from qkv.kernels import tiles
 from tests.library.reference import reference_mask
 
@@ -118,3 +121,55 @@ def test_a_window_computes_a_band_of_blocks():
     count = tiles.count_tiles(256, 256, 16, 16, causal=True, window=32)
     assert (count.full, count.partial) == (15, 1 + 2 * 15 - 1)
     assert count.computed == 1 + 2 + 3 * 14
+
+
+def cumulative(lengths):
+    """int32 `(N + 1,)` cumulative lengths: 0, then the running sums of `lengths`."""
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+
+
+PACKED = st.fixed_dictionaries(
+    {
+        "lengths": st.lists(
+            st.tuples(st.integers(0, 40), st.integers(0, 40)), min_size=1, max_size=5
+        ),
+        "causal": st.sampled_from([False, "top_left", "bottom_right"]),
+        "window": st.one_of(st.none(), st.integers(1, 45)),
+    }
+)
+
+
+@given(packed=PACKED, block_m=BLOCKS, block_n=BLOCKS)
+@settings(max_examples=200)  # plain Python: cheap
+def test_packed_tiles_are_the_tiles_of_each_sequence_that_the_document_mask_keeps(
+    packed, block_m, block_n
+):
+    seqlens_q, seqlens_k = zip(*packed["lengths"], strict=True)
+    causal, window = packed["causal"], packed["window"] if packed["causal"] else None
+    cu_q, cu_k = cumulative(seqlens_q), cumulative(seqlens_k)
+    mask = qkv.document_mask(cu_q, cu_k, causal=causal, window=window)  # (total_q, total_k)
+    count = tiles.count_packed_tiles(
+        seqlens_q, seqlens_k, block_m, block_n, causal=causal, window=window
+    )
+    kept, squares = [], 0
+    for b in range(len(seqlens_q)):
+        square = mask[cu_q[b] : cu_q[b + 1], cu_k[b] : cu_k[b + 1]]  # (L_b, S_b)
+        squares += square.sum()
+        kept += [
+            square[row : row + block_m, col : col + block_n].any().item()
+            for row in range(0, square.size(0), block_m)
+            for col in range(0, square.size(1), block_n)
+        ]
+    assert squares == mask.sum()  # the document mask keeps nothing outside the squares
+    assert count.total == len(kept)
+    assert count.computed == sum(kept)
+
+
+def test_packed_documents_cost_a_fraction_of_the_dense_matrix():
+    # Four causal documents of 64, 32, 16 and 16 tokens in 16 x 16 tiles: 10 + 3 + 1 + 1 tiles on their
+    # diagonals' blocks and below, against the 8 x 8 tiles of the packed (128, 128) matrix.
+    lengths = [64, 32, 16, 16]
+    packed = tiles.count_packed_tiles(lengths, lengths, 16, 16, causal=True)
+    assert (packed.full, packed.partial) == (6 + 1, 4 + 2 + 1 + 1)
+    assert packed.computed == 15
+    assert tiles.count_tiles(128, 128, 16, 16).computed == 64

@@ -75,6 +75,93 @@ def flash_attention(
     return kernel(q, k, v, causal, scale, window=window, key_lengths=key_lengths)
 
 
+def flash_attention_varlen(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    *,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    causal: Causal = False,
+    scale: float | None = None,
+    window: int | None = None,
+) -> Tensor:
+    """Exact attention over a packed batch of sequences of different lengths, by the same Triton kernels.
+
+    The N sequences lie one after another, without padding: sequence `b` is queries `cu_seqlens_q[b] ..
+    cu_seqlens_q[b + 1] - 1` of `q` and keys `cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1` of `k` and `v`.
+    Each query attends only its own sequence's keys (the document mask), and among them what `causal`
+    and `window` allow, with positions counted from its sequence's start and the alignment taken per
+    sequence: exactly `qkv.document_mask(cu_seqlens_q, cu_seqlens_k, causal=causal, window=window)`, with
+    `flash_attention`'s options. For sequences of 2 and 1 queries, 3 and 2 keys (True = may attend):
+
+        causal=False   "top_left"   "bottom_right"
+        1 1 1 0 0      1 0 0 0 0    1 1 0 0 0
+        1 1 1 0 0      1 1 0 0 0    1 1 1 0 0
+        0 0 0 1 1      0 0 0 1 0    0 0 0 1 1
+
+    `causal=True` means `"top_left"`, as in every qkv function and torch's `is_causal`. The flash-attention
+    library's `causal=True` (since its version 2.1) aligns bottom-right instead, the last query of a sequence
+    on its last key, as new queries against a cache need: pass `"bottom_right"` for that. The two agree where
+    a sequence has as many queries as keys, as in training on packed documents.
+
+    The kernels never visit the tiles between two sequences: a packed batch costs the tiles of each
+    sequence's own `(L_b, S_b)` square (`qkv.kernels.tiles.count_packed_tiles`), not those of the
+    `(total_q, total_k)` matrix. The inputs are copied into one run of rows per head and the output back
+    (time linear in the tokens). A sequence may be empty; a query with no key (an empty key sequence, or
+    before every key bottom-right) gets zeros and passes zero gradients back. Differentiable. Runs like
+    `flash_attention`: CUDA tensors, or CPU tensors under Triton's interpreter in float16. Checked on CPU
+    under the interpreter only: the CUDA path has not run on a GPU yet.
+
+    Args:
+        q: `(total_q, H, D)` queries, float16 or bfloat16, `D` in 16, 32, 64, 128.
+        k: `(total_k, H_kv, D)` keys, same dtype and device; `H_kv` divides `H`, and query head `h` reads
+            key head `h // (H // H_kv)` (grouped-query attention).
+        v: `(total_k, H_kv, D)` values.
+        cu_seqlens_q: int32 `(N + 1,)` on the inputs' device: 0, the cumulative query lengths, total_q.
+        cu_seqlens_k: int32 `(N + 1,)`: 0, the cumulative key lengths, total_k.
+        max_seqlen_q: at least the longest query sequence; computed from `cu_seqlens_q` when None. It sizes
+            the launch grid and keys the autotuner.
+        max_seqlen_k: at least the longest key sequence; computed when None.
+        causal: False, True (= `"top_left"`) or `"bottom_right"`, per sequence.
+        scale: multiplies the scores; `1 / sqrt(D)` when None.
+        window: how many keys each query sees, itself included (at least 1); needs `causal`.
+
+    Returns:
+        `(total_q, H, D)`, in the inputs' dtype.
+
+    Raises:
+        ModuleNotFoundError: Triton is not installed (the `kernel` extra).
+        TypeError: a non-tensor, a dtype other than float16/bfloat16 (bfloat16 under the interpreter),
+            tensors of different dtypes, cumulative lengths that are not int32, a `max_seqlen` or
+            `window` that is not an int, a `scale` that is not a number, a `causal` neither bool nor str.
+        ValueError: a tensor that is not 3-D, k and v of different shapes, key heads that do not divide the
+            query heads, an unsupported head size, more than 65535 heads or sequences, cumulative lengths
+            that are not `(N + 1,)`, do not start at 0, decrease, do not end at total_q (total_k), count
+            different N for q and k, or lie on another device; a `max_seqlen` below a sequence's length,
+            CPU tensors without `TRITON_INTERPRET=1`, an unknown alignment, a `window` below 1 or without
+            `causal`. Reading the lengths synchronises with the GPU.
+    """
+    if not triton_installed():
+        raise ModuleNotFoundError(NO_TRITON, name="triton")
+    from qkv.kernels.flash import flash_attention_varlen as kernel
+
+    return kernel(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k,
+        causal=causal,
+        scale=scale,
+        window=window,
+    )
+
+
 def decode_attention(
     q: Tensor,
     k: Tensor,

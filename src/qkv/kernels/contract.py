@@ -1,7 +1,8 @@
 """What the FlashAttention kernels take: the one statement that `qkv.flash_attention` and `qkv.attention` read.
 
 `refusal` says why the kernels cannot take a call, or None; `qkv.attention` reads it to choose a backend,
-and `check_kernel_inputs` (`qkv.flash_attention`'s check) raises it. Importing this module does not import
+and `check_kernel_inputs` (`qkv.flash_attention`'s check) raises it. `check_packed_inputs` is
+`qkv.flash_attention_varlen`'s check, and `Packing` what it passes on. Importing this module does not import
 Triton.
 """
 
@@ -11,7 +12,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from qkv._checks import check_same_dtype_and_device, check_scale, check_tensor, shape
+from qkv._checks import (
+    check_cumulative_lengths,
+    check_same_dtype_and_device,
+    check_scale,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 from qkv.masks import Mask
 
 NO_TRITON = (
@@ -99,6 +107,14 @@ def refusal(
         return Refusal(
             ValueError, f"q and k need at least one position: q {shape(q)}, k {shape(k)}"
         )
+    refused = _platform_refusal(q)
+    if refused is not None:
+        return refused
+    return None if mask is None else mask_refusal(q, k, v, mask)
+
+
+def _platform_refusal(q: Tensor) -> Refusal | None:
+    """Why the kernels cannot run where `q` is: no Triton, the CPU without the interpreter, or bfloat16 there."""
     if not triton_installed():
         return Refusal(ValueError, NO_TRITON)
     if q.device.type == "cpu" and not interpreted():
@@ -113,13 +129,16 @@ def refusal(
             "q has dtype torch.bfloat16, which Triton's interpreter cannot multiply (it reads "
             "bfloat16 tl.dot operands as 16-bit integers); use float16, or run on a GPU",
         )
-    return None if mask is None else mask_refusal(q, k, v, mask)
+    return None
 
 
 # The head size at which the backward kernel's dK with key lengths failed its CUDA tests (H100 on
 # 2026-11-25 and H200 on 2026-11-26, Triton 3.6: dK off by up to about 1 at L = 19, S = 7 and S = 33,
 # while dQ, dV and the output were right, and D = 16, 32 and 64 passed). Until that is understood,
 # such a call that needs gradients is refused on a GPU; the interpreter computes it right.
+# flash_attention_varlen is not refused: it takes no key lengths, and nothing has shown its dK wrong. Its
+# sequences' lengths are loaded from memory too, so its CUDA tests include gradients at D = 128
+# (test_heads_and_head_sizes_match_torch): the next GPU run says whether it shares the defect.
 WRONG_DK_WITH_KEY_LENGTHS = 128
 
 
@@ -163,6 +182,115 @@ def check_kernel_inputs(q: Tensor, k: Tensor, v: Tensor, scale: object) -> None:
     refused = refusal(q, k, v)
     if refused is not None:
         raise refused.error(refused.reason)
+
+
+class Packing(NamedTuple):
+    """Sequences packed one after another (`qkv.flash_attention_varlen`), as the kernels take them.
+
+    `cu_seqlens_q` and `cu_seqlens_k` are the cumulative lengths, int32 `(N + 1,)`; `max_seqlen_q` and
+    `max_seqlen_k` at least the longest sequence's (they size the launch grid and key the autotuner).
+    """
+
+    cu_seqlens_q: Tensor
+    cu_seqlens_k: Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+
+
+def check_packed_inputs(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: object,
+    max_seqlen_k: object,
+    scale: object,
+) -> Packing:
+    """Raise, naming the argument and the shapes or values, unless the kernels can take a packed batch.
+
+    They take `q (total_q, H, D)`, `k` and `v (total_k, H_kv, D)` of one dtype (float16 or bfloat16) and
+    device, `H_kv` dividing `H`, `D` in `HEAD_DIMS`; `cu_seqlens_q` and `cu_seqlens_k` int32 `(N + 1,)` on
+    that device, starting at 0, never decreasing, ending at total_q and total_k; `N, H <= MAX_GRID_YZ`;
+    `max_seqlen_q`, `max_seqlen_k` None or ints at least the longest sequence's. Sequences of length 0 are
+    allowed. Reading the lengths synchronises with the GPU.
+
+    Returns:
+        The `Packing`, with the longest lengths where `max_seqlen_q` or `max_seqlen_k` is None.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x)
+    check_same_dtype_and_device(q=q, k=k, v=v)
+    check_scale(scale)
+    for name, x, layout in (
+        ("q", q, "total_q, H"),
+        ("k", k, "total_k, H_kv"),
+        ("v", v, "total_k, H_kv"),
+    ):
+        if x.dim() != 3:
+            raise ValueError(
+                f"{name} must be 3-D ({layout}, D), sequences packed one after another, "
+                f"got shape {shape(x)}"
+            )
+    if q.dtype not in DTYPES:
+        raise TypeError(
+            f"q has dtype {q.dtype}; flash_attention_varlen takes torch.float16 or torch.bfloat16"
+        )
+    shapes = f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
+    if k.shape != v.shape:
+        raise ValueError(
+            f"k and v must have one shape (total_k, H_kv, D): k {shape(k)} vs v {shape(v)}"
+        )
+    if k.size(1) == 0 or q.size(1) % k.size(1) != 0:
+        raise ValueError(
+            f"k's heads H_kv must be at least 1 and divide q's heads H (grouped-query attention): {shapes}"
+        )
+    if q.size(2) != k.size(2) or q.size(2) not in HEAD_DIMS:
+        raise ValueError(f"q, k and v need one head size D in {HEAD_DIMS}: {shapes}")
+    if q.size(1) > MAX_GRID_YZ:
+        raise ValueError(
+            f"q's heads H must be at most {MAX_GRID_YZ} (CUDA's limit on a launch grid axis): q {shape(q)}"
+        )
+    for name, cu_seqlens in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if isinstance(cu_seqlens, Tensor) and cu_seqlens.device != q.device:
+            raise ValueError(f"{name} is on {cu_seqlens.device} but q is on {q.device}")
+    refused = _platform_refusal(q)
+    if refused is not None:
+        raise refused.error(refused.reason)
+    lengths_q = check_cumulative_lengths("cu_seqlens_q", cu_seqlens_q, q.size(0), f"q {shape(q)}")
+    lengths_k = check_cumulative_lengths("cu_seqlens_k", cu_seqlens_k, k.size(0), f"k {shape(k)}")
+    if len(lengths_q) != len(lengths_k):
+        raise ValueError(
+            "cu_seqlens_q and cu_seqlens_k disagree on the number of sequences N: "
+            f"cu_seqlens_q {shape(cu_seqlens_q)} vs cu_seqlens_k {shape(cu_seqlens_k)}"
+        )
+    if len(lengths_q) > MAX_GRID_YZ:
+        raise ValueError(
+            f"at most {MAX_GRID_YZ} sequences (CUDA's limit on a launch grid axis), got "
+            f"{len(lengths_q)}: cu_seqlens_q {shape(cu_seqlens_q)}"
+        )
+    longest = [
+        _longest(name, given, lengths)
+        for name, given, lengths in (
+            ("max_seqlen_q", max_seqlen_q, lengths_q),
+            ("max_seqlen_k", max_seqlen_k, lengths_k),
+        )
+    ]
+    return Packing(cu_seqlens_q, cu_seqlens_k, *longest)
+
+
+def _longest(name: str, given: object, lengths: list[int]) -> int:
+    """`given` if it is an int at least the longest of `lengths` (which it is when None)."""
+    longest = max(lengths, default=0)
+    if given is None:
+        return longest
+    check_sizes(0, **{name: given})
+    if given < longest:
+        sequence = lengths.index(longest)
+        raise ValueError(
+            f"{name} = {given} is shorter than sequence {sequence}, of length {longest}"
+        )
+    return given
 
 
 MAX_DECODE_QUERIES = (

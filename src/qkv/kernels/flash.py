@@ -25,6 +25,14 @@ the keys. Only the partial stages build a mask; the causal loop of Triton's fuse
 split the same way. Grouped-query heads read their key/value head in place: query head `h` of `H` uses head
 `h // (H // H_kv)`.
 
+Packed batches. Given cumulative lengths (`flash_attention_varlen`), the batch is sequences of different
+lengths laid one after another, each head's rows in one run, `(1, H, total, D)`. A program reads where its
+sequence starts and how long it is (`_sequence`); from there on it is the padded kernel on that sequence
+alone: its lengths, its causal offset, its tiles. The grid covers the longest sequence, and the programs past
+a shorter one's end return at once. No program visits a tile between two sequences, so a packed batch costs
+the tiles of each sequence's own square. The interface follows the flash-attention library's
+`flash_attn_varlen_func` (`cu_seqlens`, `max_seqlen`); the code is ours.
+
 Limits: see `qkv.kernels.contract`; no attention mask other than these, no dropout. Under Triton's CPU
 interpreter (`TRITON_INTERPRET=1`, set before Triton is imported) the kernels run one small tile shape each.
 On a GPU the autotuner times each kernel's configurations once per shape; `QKV_FLASH_AUTOTUNE=0` runs the
@@ -44,6 +52,7 @@ import triton.language as tl
 from torch import Tensor
 
 from qkv.kernels import contract, tiles
+from qkv.kernels.contract import Packing
 from qkv.masks import Causal, Mask, parse_mask
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
@@ -66,6 +75,28 @@ _tile_ranges = _device_function(tiles.tile_ranges)
 def _batch_head():
     """The flat index `b * heads + h` of this program's (batch, head), in int64; the grid is (blocks, heads, B)."""
     return tl.program_id(2).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
+
+
+@triton.jit
+def _sequence(CuSeqlens, seqlen, heads):
+    """This program's sequence in q (or k and v): `(start, head_rows, length)`, rows of a `(rows, D)` view.
+
+    Head `h` of the sequence is rows `start + h * head_rows` onwards, `length` of them. Padded, the tensor
+    is `(B, heads, seqlen, D)`: sequence `b` starts at row `b * heads * seqlen`, and every head and sequence
+    has `seqlen` rows. Packed (`CuSeqlens`, int32 `(B + 1,)`), it is `(1, heads, total, D)`: sequence `b`
+    starts at row `cu[b]`, heads are `total = cu[B]` rows apart, and it has `cu[b + 1] - cu[b]` rows.
+    `start` and `head_rows` are int64, so that offsets past 2**31 elements stay exact; `length` is int32,
+    as `seqlen` is.
+    """
+    sequence = tl.program_id(2)
+    if CuSeqlens is None:
+        start = sequence.to(tl.int64) * heads * seqlen
+        head_rows, length = seqlen.to(tl.int64), seqlen
+    else:
+        first = tl.load(CuSeqlens + sequence)
+        length = tl.load(CuSeqlens + sequence + 1) - first
+        start, head_rows = first.to(tl.int64), tl.load(CuSeqlens + tl.num_programs(2)).to(tl.int64)
+    return start, head_rows, length
 
 
 @triton.jit
@@ -145,21 +176,29 @@ def _attend_to_keys(
 
 
 # --8<-- [start:forward-kernel]
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "offset", "window", "group"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
 def _forward_kernel(
     Q, K, V, Out, LSE, KeyLengths,  # (B, H, L, D), (B, H_kv, S, D) twice, (B, H, L, D), (B, H, L), (B,)
-    qk_scale, seqlen_q, seqlen_k, offset, window, group,
+    CuSeqlensQ, CuSeqlensK,  # packed sequences: (B + 1,) each, or None
+    qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """One program: `BLOCK_M` query rows of one (batch, head) against the key tiles they may see."""
+    """One program: `BLOCK_M` query rows of one (sequence, head) against the key tiles they may see."""
     block = tl.program_id(0)
-    head = _batch_head()  # b * H + h, int64: offsets past 2**31 elements stay exact
-    Q += head * seqlen_q * HEAD_DIM
-    Out += head * seqlen_q * HEAD_DIM
-    LSE += head * seqlen_q
-    K += head // group * seqlen_k * HEAD_DIM  # the key/value head of this query head's group
-    V += head // group * seqlen_k * HEAD_DIM
+    head = tl.program_id(1)  # its key/value head is head // group
+    q_start, q_head_rows, seqlen_q = _sequence(CuSeqlensQ, seqlen_q, tl.num_programs(1))
+    k_start, k_head_rows, seqlen_k = _sequence(CuSeqlensK, seqlen_k, tl.num_programs(1) // group)
+    if block * BLOCK_M >= seqlen_q:  # past the end of a shorter sequence of a packed batch
+        return
+    q_rows = q_start + head * q_head_rows  # where this head of the sequence begins
+    k_rows = k_start + head // group * k_head_rows
+    Q += q_rows * HEAD_DIM
+    Out += q_rows * HEAD_DIM
+    LSE += q_rows
+    K += k_rows * HEAD_DIM
+    V += k_rows * HEAD_DIM
+    offset = (seqlen_k - seqlen_q) * bottom_right  # causal: query i sees keys j <= i + offset
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, True)
@@ -259,22 +298,26 @@ def _dkdv_over_queries(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "offset", "window", "group"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
 def _backward_dkdv_kernel(
-    Q, K, V, dOut, LSE, Delta, dK, dV, KeyLengths,
-    scale, qk_scale, seqlen_q, seqlen_k, offset, window, group,
+    Q, K, V, dOut, LSE, Delta, dK, dV, KeyLengths, CuSeqlensQ, CuSeqlensK,
+    scale, qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """One program: dK and dV of `BLOCK_N` keys of one key/value head, summed over its group's query heads."""
     block = tl.program_id(0)
-    kv_head = (
-        _batch_head()
-    )  # b * H_kv + h_kv; its query heads are kv_head * group + (0 .. group - 1)
-    K += kv_head * seqlen_k * HEAD_DIM
-    V += kv_head * seqlen_k * HEAD_DIM
-    dK += kv_head * seqlen_k * HEAD_DIM
-    dV += kv_head * seqlen_k * HEAD_DIM
+    kv_head = tl.program_id(1)  # its query heads are kv_head * group + (0 .. group - 1)
+    q_start, q_head_rows, seqlen_q = _sequence(CuSeqlensQ, seqlen_q, tl.num_programs(1) * group)
+    k_start, k_head_rows, seqlen_k = _sequence(CuSeqlensK, seqlen_k, tl.num_programs(1))
+    if block * BLOCK_N >= seqlen_k:  # past the end of a shorter sequence of a packed batch
+        return
+    k_rows = k_start + kv_head * k_head_rows
+    K += k_rows * HEAD_DIM
+    V += k_rows * HEAD_DIM
+    dK += k_rows * HEAD_DIM
+    dV += k_rows * HEAD_DIM
+    offset = (seqlen_k - seqlen_q) * bottom_right
 
     cols = block * BLOCK_N + tl.arange(0, BLOCK_N)
     kv_len = _kept_keys(KeyLengths, seqlen_k)
@@ -288,9 +331,9 @@ def _backward_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     for member in range(0, group):
-        head = kv_head * group + member
-        Q_h, dOut_h = Q + head * seqlen_q * HEAD_DIM, dOut + head * seqlen_q * HEAD_DIM
-        LSE_h, Delta_h = LSE + head * seqlen_q, Delta + head * seqlen_q
+        q_rows = q_start + (kv_head * group + member) * q_head_rows
+        Q_h, dOut_h = Q + q_rows * HEAD_DIM, dOut + q_rows * HEAD_DIM
+        LSE_h, Delta_h = LSE + q_rows, Delta + q_rows
         if CAUSAL:  # rows across the diagonal (without causal masking there are none)
             dk, dv = _dkdv_over_queries(
                 dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, start, full_start, seqlen_q,
@@ -330,23 +373,30 @@ def _dq_over_keys(
     return dq
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "offset", "window", "group"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
 def _backward_dq_kernel(
-    Q, K, V, dOut, LSE, Delta, dQ, KeyLengths,
-    scale, qk_scale, seqlen_q, seqlen_k, offset, window, group,
+    Q, K, V, dOut, LSE, Delta, dQ, KeyLengths, CuSeqlensQ, CuSeqlensK,
+    scale, qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """One program: dQ of `BLOCK_M` query rows, summed over every key tile they see."""
     block = tl.program_id(0)
-    head = _batch_head()
-    Q += head * seqlen_q * HEAD_DIM
-    dOut += head * seqlen_q * HEAD_DIM
-    dQ += head * seqlen_q * HEAD_DIM
-    LSE += head * seqlen_q
-    Delta += head * seqlen_q
-    K += head // group * seqlen_k * HEAD_DIM
-    V += head // group * seqlen_k * HEAD_DIM
+    head = tl.program_id(1)
+    q_start, q_head_rows, seqlen_q = _sequence(CuSeqlensQ, seqlen_q, tl.num_programs(1))
+    k_start, k_head_rows, seqlen_k = _sequence(CuSeqlensK, seqlen_k, tl.num_programs(1) // group)
+    if block * BLOCK_M >= seqlen_q:  # past the end of a shorter sequence of a packed batch
+        return
+    q_rows = q_start + head * q_head_rows
+    k_rows = k_start + head // group * k_head_rows
+    Q += q_rows * HEAD_DIM
+    dOut += q_rows * HEAD_DIM
+    dQ += q_rows * HEAD_DIM
+    LSE += q_rows
+    Delta += q_rows
+    K += k_rows * HEAD_DIM
+    V += k_rows * HEAD_DIM
+    offset = (seqlen_k - seqlen_q) * bottom_right
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < seqlen_q
@@ -445,12 +495,33 @@ def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
-def _mask_arguments(
-    q: Tensor, k: Tensor, causal: bool, offset: int, window: int | None
-) -> tuple[tuple[int, int, int, int, int], dict]:
-    """The kernels' runtime lengths `(L, S, offset, window, group)` and their mask constants."""
-    lengths = (q.size(2), k.size(2), offset, window or 0, q.size(1) // k.size(1))
-    return lengths, {"HEAD_DIM": q.size(3), "CAUSAL": causal, "WINDOW": window is not None}
+def _launch(
+    q: Tensor,
+    k: Tensor,
+    key_lengths: Tensor | None,
+    causal: bool,
+    bottom_right: bool,
+    window: int | None,
+    packing: Packing | None,
+) -> tuple[int, tuple, tuple, dict]:
+    """How the kernels see `q (B, H, L, D)` and `k (B, H_kv, S, D)`, or packed `(1, H, total, D)` ones.
+
+    Returns:
+        `(sequences, pointers, lengths, constants)`: the number of sequences (grid axis 2); the kernels'
+        `(KeyLengths, CuSeqlensQ, CuSeqlensK)`; their `(L, S, bottom_right, window, group)`, where L and S
+        are the longest sequences' when packed (they size the grid); their mask constants.
+    """
+    if packing is None:
+        sequences, cumulative = q.size(0), (None, None)
+        seqlen_q, seqlen_k = q.size(2), k.size(2)
+    else:
+        sequences = packing.cu_seqlens_q.numel() - 1
+        cumulative = (packing.cu_seqlens_q, packing.cu_seqlens_k)
+        seqlen_q, seqlen_k = packing.max_seqlen_q, packing.max_seqlen_k
+    group = q.size(1) // k.size(1)
+    lengths = (seqlen_q, seqlen_k, int(bottom_right), window or 0, group)
+    constants = {"HEAD_DIM": q.size(3), "CAUSAL": causal, "WINDOW": window is not None}
+    return sequences, (key_lengths, *cumulative), lengths, constants
 
 
 def _flash_forward(
@@ -459,22 +530,25 @@ def _flash_forward(
     v: Tensor,
     key_lengths: Tensor | None,
     causal: bool,
-    offset: int,
+    bottom_right: bool,
     window: int | None,
     scale: float,
+    packing: Packing | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Launch the forward kernel on contiguous inputs; return the output and the logsumexp `(B, H, L)`."""
-    batch, heads, seqlen_q, _ = q.shape
+    sequences, pointers, lengths, constants = _launch(
+        q, k, key_lengths, causal, bottom_right, window, packing
+    )
+    heads = q.size(1)
     out = torch.empty_like(q)
-    lse = torch.empty((batch, heads, seqlen_q), device=q.device, dtype=torch.float32)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
 
     def grid(meta: dict) -> tuple[int, int, int]:
-        return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
+        return _grid(lengths[0], meta["BLOCK_M"], sequences, heads)
 
-    lengths, constants = _mask_arguments(q, k, causal, offset, window)
     with _on_device(q):
         _tuned_forward[grid](
-            q, k, v, out, lse, key_lengths, scale * LOG2E.value, *lengths, **constants
+            q, k, v, out, lse, *pointers, scale * LOG2E.value, *lengths, **constants
         )
     return out, lse
 
@@ -490,58 +564,84 @@ class _FlashAttention(torch.autograd.Function):
         v: Tensor,
         key_lengths: Tensor | None,
         causal: bool,
-        offset: int,
+        bottom_right: bool,
         window: int | None,
         scale: float,
+        packing: Packing | None,
     ) -> Tensor:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out, lse = _flash_forward(q, k, v, key_lengths, causal, offset, window, scale)
+        ctx.mask = (key_lengths, causal, bottom_right, window, packing)
+        out, lse = _flash_forward(q, k, v, *ctx.mask[:4], scale, packing)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.key_lengths, ctx.mask, ctx.scale = key_lengths, (causal, offset, window), scale
+        ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, d_out: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         d_out = d_out.contiguous()
-        batch, heads, seqlen_q, head_dim = q.shape
-        heads_kv, seqlen_k = k.size(1), k.size(2)
+        batch, heads, rows, head_dim = q.shape  # rows: L, or packed total_q (batch 1)
+        heads_kv = k.size(1)
+        sequences, pointers, lengths, constants = _launch(q, k, *ctx.mask)
         delta = torch.empty_like(lse)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        preprocess_grid = _grid(seqlen_q, PREPROCESS_BLOCK_M, batch, heads)
+        # one number per row, whatever its sequence: the packed rows of a head are one long sequence here
+        preprocess_grid = _grid(rows, PREPROCESS_BLOCK_M, batch, heads)
 
         def key_blocks(meta: dict) -> tuple[int, int, int]:
-            return _grid(seqlen_k, meta["BLOCK_N"], batch, heads_kv)
+            return _grid(lengths[1], meta["BLOCK_N"], sequences, heads_kv)
 
         def query_blocks(meta: dict) -> tuple[int, int, int]:
-            return _grid(seqlen_q, meta["BLOCK_M"], batch, heads)
+            return _grid(lengths[0], meta["BLOCK_M"], sequences, heads)
 
         saved = (q, k, v, d_out, lse, delta)
         scales = (ctx.scale, ctx.scale * LOG2E.value)
-        lengths, constants = _mask_arguments(q, k, *ctx.mask)
         with _on_device(q):
             _backward_preprocess[preprocess_grid](
-                out, d_out, delta, seqlen_q, HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M
+                out, d_out, delta, rows, HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M
             )
             _tuned_backward_dkdv[key_blocks](
-                *saved, dk, dv, ctx.key_lengths, *scales, *lengths, **constants
+                *saved, dk, dv, *pointers, *scales, *lengths, **constants
             )
-            _tuned_backward_dq[query_blocks](
-                *saved, dq, ctx.key_lengths, *scales, *lengths, **constants
-            )
-        return dq, dk, dv, None, None, None, None, None
+            _tuned_backward_dq[query_blocks](*saved, dq, *pointers, *scales, *lengths, **constants)
+        return dq, dk, dv, None, None, None, None, None, None
+
+
+def _scale(q: Tensor, scale: float | None) -> float:
+    """`scale` as a float, `1 / sqrt(D)` when None."""
+    return float(1 / math.sqrt(q.size(-1)) if scale is None else scale)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, scale: float | None) -> Tensor:
     """Run the kernels on inputs that `contract.refusal` accepts, with `mask`'s alignment, window and lengths."""
-    offset = k.size(2) - q.size(2) if mask.alignment == "bottom_right" else 0
-    if scale is None:
-        scale = 1 / math.sqrt(q.size(-1))
     key_lengths = mask.key_lengths
     if key_lengths is not None:
         key_lengths = key_lengths.to(torch.int32).contiguous()
-    causal = mask.alignment is not None
-    return _FlashAttention.apply(q, k, v, key_lengths, causal, offset, mask.window, float(scale))
+    causal, bottom_right = mask.alignment is not None, mask.alignment == "bottom_right"
+    return _FlashAttention.apply(
+        q, k, v, key_lengths, causal, bottom_right, mask.window, _scale(q, scale), None
+    )
+
+
+def attend_packed(
+    q: Tensor, k: Tensor, v: Tensor, packing: Packing, mask: Mask, scale: float | None
+) -> Tensor:
+    """Run the kernels on a packed batch that `contract.check_packed_inputs` accepts, with `mask`'s
+    alignment and window per sequence: `q (total_q, H, D)`, `k` and `v (total_k, H_kv, D)` in,
+    `(total_q, H, D)` out.
+
+    The kernels read a head's rows one after another, D elements apart, as in the padded layout; so each
+    tensor is copied into `(1, H, total, D)` and the output back, rather than giving every kernel a second
+    row stride: a copy costs time linear in the tokens, the attention quadratic.
+    """
+    q, k, v = (
+        x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)
+    )  # (total, H, D) -> (1, H, total, D)
+    causal, bottom_right = mask.alignment is not None, mask.alignment == "bottom_right"
+    out = _FlashAttention.apply(
+        q, k, v, None, causal, bottom_right, mask.window, _scale(q, scale), packing
+    )
+    return out[0].transpose(0, 1).contiguous()  # (1, H, total_q, D) -> (total_q, H, D)
 
 
 def flash_attention(
@@ -562,3 +662,30 @@ def flash_attention(
     if refused is not None:
         raise refused.error(refused.reason)
     return attend(q, k, v, mask, scale)
+
+
+def flash_attention_varlen(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    *,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    causal: Causal = False,
+    scale: float | None = None,
+    window: int | None = None,
+) -> Tensor:
+    """Check the inputs and run the kernels on a packed batch; documented, and imported lazily, as
+    `qkv.flash_attention_varlen`."""
+    packing = contract.check_packed_inputs(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale
+    )
+    scores = (
+        q.size(1),
+        q.size(0),
+        k.size(0),
+    )  # (H, total_q, total_k), of which only squares are kept
+    mask = parse_mask(q, k, scores, None, causal, window, causal_name="causal")
+    return attend_packed(q, k, v, packing, mask, scale)

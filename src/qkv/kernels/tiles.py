@@ -19,12 +19,14 @@ and `[full_end, end)` are partial, those in `[full_start, full_end)` full, all o
 gives its input for a block of rows (the forward and dQ kernels), `query_bounds` for a block of keys (the
 dK/dV kernel). They are plain integer arithmetic (`min`, `max`, floor division of non-negative numbers) so
 that Triton compiles them as they are and Python runs them as they are: `count_tiles` and the article use
-the very functions the kernels call. Upper-case arguments are compile-time constants in the kernels.
+the very functions the kernels call, and `count_packed_tiles` adds them up over the sequences of a packed
+batch. Upper-case arguments are compile-time constants in the kernels.
 """
 
 # Triton's convention: upper-case names for compile-time constants.
 # ruff: noqa: N803
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -151,3 +153,46 @@ def count_tiles(seqlen_q: int, seqlen_k: int, block_m: int, block_n: int, **mask
         kind for row in classify_tiles(seqlen_q, seqlen_k, block_m, block_n, **mask) for kind in row
     ]
     return TileCount(classes.count("full"), classes.count("partial"), classes.count("empty"))
+
+
+def count_packed_tiles(
+    seqlens_q: Sequence[int],
+    seqlens_k: Sequence[int],
+    block_m: int,
+    block_n: int,
+    *,
+    causal: bool | str = False,
+    window: int | None = None,
+) -> TileCount:
+    """How many tiles the forward kernel computes on a packed batch (`qkv.flash_attention_varlen`).
+
+    Each sequence's programs tile its own `(L_b, S_b)` square, starting at its first query and key, and
+    never reach a tile of another sequence; so the count is `count_tiles` of each square, summed. `total`
+    counts the tiles of those squares; a dense kernel with the document mask would meet the
+    `count_tiles(sum(seqlens_q), sum(seqlens_k), ...)` tiles of the whole packed matrix instead.
+
+    Args:
+        seqlens_q: the query lengths `L_b` of the N sequences.
+        seqlens_k: their key lengths `S_b`.
+        block_m: queries per tile.
+        block_n: keys per tile.
+        causal: False, True or "top_left" (offset 0), "bottom_right" (offset `S_b - L_b`, per sequence).
+        window: also forget keys `j <= i + offset - window`; needs `causal`.
+    """
+    counts = [
+        count_tiles(
+            seqlen_q,
+            seqlen_k,
+            block_m,
+            block_n,
+            offset=seqlen_k - seqlen_q if causal == "bottom_right" else 0,
+            causal=bool(causal),
+            window=window,
+        )
+        for seqlen_q, seqlen_k in zip(seqlens_q, seqlens_k, strict=True)
+    ]
+    return TileCount(
+        sum(count.full for count in counts),
+        sum(count.partial for count in counts),
+        sum(count.empty for count in counts),
+    )
