@@ -55,6 +55,19 @@ def assert_close_to_reference(actual, expected, yardstick, factor=2.0, atol=1e-5
         )
 
 
+def assert_grads_close_to_reference(actual, expected, yardstick, dtype):
+    """`(output, dq, dk, dv)` in `dtype`, each as close to the float64 `expected` as `assert_close_to_reference`
+    allows against torch's `yardstick`: twice torch's error for the output, three times for the gradients."""
+    for name, a, e, y, factor in zip(
+        ("output", "dq", "dk", "dv"), actual, expected, yardstick, (2, 3, 3, 3), strict=True
+    ):
+        assert a.dtype == dtype, name
+        try:
+            assert_close_to_reference(a, e, y, factor)
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from None
+
+
 def reference_mask(batch, seqlen_q, seqlen_k, causal=False, window=None, key_lengths=None):
     """The mask of `qkv.flash_attention`'s options, built by qkv's mask builders: bool `(B, 1, L, S)`.
 
