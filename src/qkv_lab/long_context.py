@@ -12,8 +12,9 @@ Every model here is trained with the site GPT's recipe (`qkv_lab.gpt_training`: 
   as StreamingLLM does: keys are cached before RoPE and turned at each step by their place in the cache, so
   no query meets a key further than the window away, and the kept tokens sit just before the recent ones.
   `recomputed_bits` is the slow baseline: each prediction from a fresh forward over the `window` bytes
-  before it, for one prediction in `recompute_every` past the first window. Both are reported as bits per
-  byte by bucket of `bucket` positions.
+  before it, for one prediction in `recompute_every` past the first window. Each is reported as bits per
+  byte by bucket of `bucket` positions, and, for the plain model, as one mean over the positions that the
+  baseline recomputed past the first window, where the three compare on the same bytes.
 - Learned sinks: the same recipe with `GPTConfig(sinks=True)`: bits per byte, first-byte weight, the sinks'
   share, the streaming loss.
 - RoPE scaling: the plain model at each of `lengths` (1x, 2x and 4x the context) under each rule of
@@ -299,14 +300,22 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
                 record(where, "sink_weight", sink.tolist())
                 streaming = where.setdefault("streaming", {})
                 kinds = [("sliding window", 0), (f"first {settings.kept} kept", settings.kept)]
-                for name, kept in kinds:
-                    bits = streaming_bits(model, streams, settings.window, kept)
-                    record(streaming, name, by_bucket(bits, settings.bucket))
+                streamed = {
+                    name: streaming_bits(model, streams, settings.window, kept)
+                    for name, kept in kinds
+                }  # each (streams, stream - 1)
                 if kind == "plain":
-                    bits = recomputed_bits(
+                    streamed["recomputed"] = recomputed_bits(
                         model, streams, settings.window, settings.recompute_every
                     )
-                    record(streaming, "recomputed", by_bucket(bits, settings.bucket))
+                    # the recomputed positions past the first window, where all three compare
+                    shared = ~streamed["recomputed"][0].isnan()
+                    shared[: settings.window] = False
+                    at_shared = where.setdefault("recomputed_positions", {})
+                    for name, bits in streamed.items():
+                        record(at_shared, name, bits[:, shared].mean().item())
+                for name, bits in streamed.items():
+                    record(streaming, name, by_bucket(bits, settings.bucket))
             record(where, "seconds", round(time.perf_counter() - start, 1))
             log(f"{kind} seed {seed}: {where['bits_per_byte'][-1]:.4f} bits per byte")
             save()

@@ -226,6 +226,10 @@ def test_the_sweep_reports_every_model_seed_and_rule(tmp_path):
         "recomputed",
     ]
     assert list(report["models"]["sinks"]["streaming"]) == ["sliding window", "first 2 kept"]
+    shared = report["models"]["plain"]["recomputed_positions"]  # bytes 12, 16, ..., 28 past 8
+    assert list(shared) == ["sliding window", "first 2 kept", "recomputed"]
+    assert all(len(means) == 2 for means in shared.values())
+    assert "recomputed_positions" not in report["models"]["sinks"]
     assert torch.tensor(report["models"]["plain"]["sink_weight"]).abs().max() < 1e-6
     assert list(report["rope"]) == ["plain", "linear"]
     for rule in report["rope"].values():
