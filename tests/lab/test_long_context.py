@@ -19,6 +19,7 @@ from qkv_lab.long_context import (
     streaming_bits,
     with_context,
 )
+from qkv_lab.results import recorded
 
 EXACT = {"rtol": 1e-10, "atol": 1e-10}
 
@@ -242,3 +243,30 @@ def test_the_sweep_reports_every_model_seed_and_rule(tmp_path):
     assert [seed[0] for seed in plain] == report["models"]["plain"][
         "bits_per_byte"
     ]  # 1x: as trained
+
+
+def test_the_recorded_report_holds_every_measurement_of_the_current_settings():
+    report, settings = recorded("long-context"), Settings()
+    assert report["settings"] == json.loads(json.dumps(dataclasses.asdict(settings)))
+    assert report["cpu_threads"] == 1
+    seeds, buckets = len(settings.seeds), settings.stream // settings.bucket
+    shape = (seeds, settings.config.layers, settings.config.heads)
+    assert list(report["models"]) == ["plain", "sinks"]
+    for kind, model in report["models"].items():
+        assert model["config"] == dataclasses.asdict(
+            dataclasses.replace(settings.config, sinks=kind == "sinks")
+        )
+        assert len(model["bits_per_byte"]) == seeds
+        assert torch.tensor(model["first_token_weight"]).shape == shape
+        for name, streamed in model["streaming"].items():
+            assert torch.tensor(streamed).shape == (seeds, buckets), name
+            assert torch.tensor(streamed).isfinite().all()
+    shared = report["models"]["plain"]["recomputed_positions"]
+    assert list(shared) == list(report["models"]["plain"]["streaming"])
+    assert all(len(means) == seeds for means in shared.values())
+    assert [name for name, _ in settings.scalings] == list(report["rope"])
+    for (_, scaling), rule in zip(settings.scalings, report["rope"].values(), strict=True):
+        assert rule["scaling"] == scaling
+        for measured in (rule["as_trained"], rule["fine_tuned"]):
+            assert torch.tensor(measured).shape == (seeds, len(settings.lengths))
+            assert torch.tensor(measured).isfinite().all()
