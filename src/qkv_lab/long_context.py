@@ -20,10 +20,11 @@ Every model here is trained with the site GPT's recipe (`qkv_lab.gpt_training`: 
 - RoPE scaling: the plain model at each of `lengths` (1x, 2x and 4x the context) under each rule of
   `scalings`, as trained, and after `fine_tune_steps` steps at the longest length with that rule.
 
-`python -m qkv_lab.long_context` runs it all (about half an hour on one thread of an idle machine) and writes the
-report the long-context article draws from (`qkv_lab.results.recorded("long-context")`), after every
-measurement, so a stopped run keeps what it measured; the site's build never trains it. The report holds the
-text's hash: the text is the site's articles, so a later edit makes a different text.
+`python -m qkv_lab.long_context` runs it all (41 minutes when it was recorded, on one thread of a 2-core
+machine shared with other work; the report holds each run's seconds) and writes the report the long-context
+article draws from (`qkv_lab.results.recorded("long-context")`), after every measurement, so a stopped run
+keeps what it measured; the site's build never trains it. The report holds the text's hash: the text is the
+site's articles, so a later edit makes a different text.
 """
 
 from __future__ import annotations
