@@ -1,7 +1,7 @@
 """QKV: attention mechanisms written to be read, and proven against PyTorch."""
 
 from qkv.block import TransformerBlock
-from qkv.cache import KVCache
+from qkv.cache import KVCache, streaming_window
 from qkv.classic import AdditiveAttention, LuongAttention
 from qkv.dispatch import attention, select_backend
 from qkv.distributed import ring_attention, ring_schedule
@@ -89,4 +89,5 @@ __all__ = [
     "sliding_window_mask",
     "sparse_mask",
     "speculative_generate",
+    "streaming_window",
 ]

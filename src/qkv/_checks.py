@@ -270,3 +270,19 @@ def check_key_mask(
         )
     whose = f"{key_name}'" if key_name.endswith("s") else f"{key_name}'s"
     check_broadcast(name, mask, keys, f"{whose} {layout}")
+
+
+def check_sinks(sinks: object, query: Tensor) -> None:
+    """Raise unless `sinks` is None or a float `(H,)` tensor on the query's device, H the query's heads."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
+        got = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise TypeError(f"sinks must be a floating-point tensor, got {got}")
+    if query.dim() < 3 or sinks.shape != (query.size(-3),):
+        raise ValueError(
+            f"sinks must be (H,), one logit per query head of query (..., H, L, E), got sinks "
+            f"{shape(sinks)} for query {shape(query)}"
+        )
+    if sinks.device != query.device:
+        raise ValueError(f"sinks is on {sinks.device} but query is on {query.device}")

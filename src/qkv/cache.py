@@ -3,6 +3,9 @@
 In autoregressive decoding each new token attends to every earlier token. Their keys and values do not change
 (a causal model never lets an earlier token see a later one), so they are computed once, appended here, and
 read back at every step instead of being recomputed from the whole sequence.
+
+A stream longer than the cache can hold must forget some tokens: `streaming_window` keeps the first few and
+the most recent ones, as StreamingLLM does (Xiao et al., 2024).
 """
 
 import torch
@@ -93,3 +96,36 @@ class KVCache:
                     "or head size (B, H, ., D)"
                 )
         check_same_dtype_and_device(**{"cached key": self.key, "key": key})
+
+
+# --8<-- [start:streaming]
+def streaming_window(x: Tensor, window: int, sinks: int = 4) -> Tensor:
+    """The tokens a cache of `window` keeps of a stream: the first `sinks`, then the most recent ones.
+
+    StreamingLLM's rule (Xiao et al., 2024): the first tokens stay because models put much of their
+    attention on them; the rest is a sliding window. Until the stream outgrows the window, all is kept.
+
+    Args:
+        x: `(..., T, D)` keys or values, in the order the tokens came.
+        window: the most tokens kept.
+        sinks: how many of the first tokens always stay, below `window`; 0 gives a plain sliding window.
+
+    Returns:
+        `(..., min(T, window), D)`: the first `sinks` tokens, then the last `window - sinks`, in order.
+
+    Raises:
+        TypeError, ValueError: `x` not a floating-point tensor of 2 dimensions or more; `window` not a
+            positive int; `sinks` not an int in `[0, window)`.
+    """
+    check_tensor("x", x, min_dim=2)
+    check_sizes(window=window)
+    check_sizes(0, sinks=sinks)
+    if sinks >= window:
+        raise ValueError(f"sinks ({sinks}) must be below window ({window}), or no new token fits")
+    if x.size(-2) <= window:
+        return x
+    recent = x[..., x.size(-2) - (window - sinks) :, :]  # (..., window - sinks, D)
+    return torch.cat([x[..., :sinks, :], recent], dim=-2)  # (..., window, D)
+
+
+# --8<-- [end:streaming]

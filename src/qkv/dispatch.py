@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qkv._checks import shape
+from qkv._checks import check_sinks, shape
 from qkv.functional import _scaled_dot_product_attention, parse_call
 from qkv.kernels import contract
 from qkv.masks import Causal, Mask, keep_to_additive
@@ -136,7 +136,7 @@ def attention(
         query, key, value, attn_mask, is_causal, scale, dropout_p, backend, enable_gqa, window,
         key_lengths,
     )  # fmt: skip
-    _check_sinks(sinks, query)
+    check_sinks(sinks, query)
     return _attention(query, key, value, mask, dropout_p, backend, scale, enable_gqa, sinks)
 
 
@@ -164,22 +164,6 @@ def _parse(
             "give a row of S flags that every query shares as (1, S)"
         )
     return mask
-
-
-def _check_sinks(sinks: object, query: Tensor) -> None:
-    """Raise unless `sinks` is None or a float `(H,)` tensor on the query's device, H the query's heads."""
-    if sinks is None:
-        return
-    if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
-        got = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
-        raise TypeError(f"sinks must be a floating-point tensor, got {got}")
-    if query.dim() < 3 or sinks.shape != (query.size(-3),):
-        raise ValueError(
-            f"sinks must be (H,), one logit per query head of query (..., H, L, E), got sinks "
-            f"{shape(sinks)} for query {shape(query)}"
-        )
-    if sinks.device != query.device:
-        raise ValueError(f"sinks is on {sinks.device} but query is on {query.device}")
 
 
 def check_backend(backend: object) -> None:

@@ -99,6 +99,7 @@ def block_mask(
         raise TypeError(f"mask_fn must be a function of (b, h, q_idx, kv_idx), got {mask_fn!r}")
     check_sizes(L=L, S=S, block_size=block_size)
     check_sizes(**{name: n for name, n in (("B", B), ("H", H)) if n is not None})
+    # --8<-- [start:tiles]
     keep = _evaluate_mask(mask_fn, B or 1, H or 1, L, S, device)  # (B, H, L, S)
     tiles_q, tiles_k = math.ceil(L / block_size), math.ceil(S / block_size)
     padded = keep.new_zeros(B or 1, H or 1, tiles_q * block_size, tiles_k * block_size)
@@ -107,6 +108,7 @@ def block_mask(
     any_kept, all_kept = tiles.any(dim=(3, 5)), tiles.all(dim=(3, 5))  # (B, H, tiles_q, tiles_k)
     kinds = torch.where(all_kept, FULL, torch.where(any_kept, PARTIAL, EMPTY)).to(torch.int8)
     return BlockMask(mask_fn, kinds, L, S, block_size)
+    # --8<-- [end:tiles]
 
 
 def flex_attention(

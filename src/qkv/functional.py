@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from qkv._checks import check_attention_inputs, check_bool, shape
+from qkv._checks import check_attention_inputs, check_bool, check_sinks, shape
 from qkv.masks import Mask, parse_mask
 
 
@@ -22,6 +22,8 @@ def attention_weights(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    *,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """The attention probabilities `softmax(q k^T * scale + mask)` that weigh the values.
 
@@ -32,18 +34,23 @@ def attention_weights(
         is_causal: let query `i` attend keys `j <= i` only (top-left aligned when `L != S`).
         scale: multiplies the scores; `1 / sqrt(E)` when None.
         enable_gqa: repeat each key head for a group of query heads (grouped-query attention).
+        sinks: `(H,)` float, one learned logit per query head, as `qkv.attention` takes it: the softmax runs
+            over each row's scores and the sink, and the sink's share is left out of the weights.
 
     Returns:
-        `(..., L, S)`, each row summing to 1, except rows whose keys are all masked: those are zeros.
+        `(..., L, S)`, each row summing to 1 (to 1 less the sink's share, with `sinks`), except rows whose
+        keys are all masked: those are zeros.
 
     Raises:
-        TypeError: a non-tensor, non-float input, a mask that is neither bool nor float, or an `is_causal`
-            that is not a bool (for `"bottom_right"`, see `qkv.attention`).
-        ValueError: shapes that disagree, a mask that does not broadcast, or a mask together with `is_causal`.
+        TypeError: a non-tensor, non-float input, a mask that is neither bool nor float, an `is_causal`
+            that is not a bool (for `"bottom_right"`, see `qkv.attention`), or `sinks` not a float tensor.
+        ValueError: shapes that disagree, a mask that does not broadcast, a mask together with `is_causal`,
+            or `sinks` not `(H,)` on the query's device.
     """
     check_bool("is_causal", is_causal)
     mask = parse_call(query, key, None, attn_mask, is_causal, scale, enable_gqa)
-    return _attention_weights(query, key, mask, scale, enable_gqa)
+    check_sinks(sinks, query)
+    return _attention_weights(query, key, mask, scale, enable_gqa, sinks)
 
 
 def _attention_weights(

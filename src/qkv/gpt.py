@@ -8,7 +8,7 @@
 `GPTConfig` chooses the parts: the norm (RMSNorm or LayerNorm) and where it sits (before each sub-layer, as
 above, or after each residual addition, as in the original Transformer), the MLP (SwiGLU or GELU), the
 positions (RoPE, learned, ALiBi or none), QK-norm, grouped key-value heads, biases in the linear layers,
-soft-capped attention scores, tied embeddings. The defaults are Llama's shape (RMSNorm before each
+soft-capped attention scores, learned attention sinks, tied embeddings. The defaults are Llama's shape (RMSNorm before each
 sub-layer, SwiGLU, RoPE, no biases, no QK-norm, no soft-capping), and `to_transformers` and
 `from_transformers` convert such a model to and from `transformers`' `LlamaForCausalLM` (the optional extra
 `qkv[hf]`; imported only by these two functions).
@@ -76,6 +76,9 @@ class GPTConfig:
         softcap: None, or `c > 0`: each attention score `s` (scaled, before ALiBi, the mask and the softmax)
             becomes `c * tanh(s / c)`, which lies in `(-c, c)` (Gemma 2's attention logit soft-capping).
             The scores are then computed here, not by a fused kernel.
+        sinks: each query head has one learned logit, `qkv.attention`'s `sinks`, that sits beside every
+            row's scores in the softmax and whose share is dropped: a head may give part of its weight to
+            nothing instead of to a token. It starts at 0. Not a Llama option: `to_transformers` refuses it.
         tie_embeddings: the output layer reuses the token embedding matrix.
         context: the most positions the model reads at once, cache included.
         norm_eps: the epsilon of every norm.
@@ -103,6 +106,7 @@ class GPTConfig:
     qk_norm: bool = False
     bias: bool = False
     softcap: float | None = None
+    sinks: bool = False
     tie_embeddings: bool = True
     context: int = 256
     norm_eps: float = 1e-5
@@ -148,6 +152,7 @@ class GPTConfig:
             _check_number("softcap", self.softcap, above=0.0)
         check_bool("qk_norm", self.qk_norm)
         check_bool("bias", self.bias)
+        check_bool("sinks", self.sinks)
         check_bool("tie_embeddings", self.tie_embeddings)
 
     @property
@@ -172,7 +177,7 @@ def _norm(config: GPTConfig, size: int) -> nn.Module:
 
 
 class Attention(nn.Module):
-    """Causal self-attention: grouped key-value heads; QK-norm, RoPE, soft-capping if asked; a KV cache."""
+    """Causal self-attention: grouped key-value heads; QK-norm, RoPE, soft-capping, sinks if asked; a KV cache."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -187,6 +192,7 @@ class Attention(nn.Module):
         self.rope_base = config.rope_base if config.positions == "rope" else None
         self.rope_scaling = config.rope_scaling
         self.softcap = config.softcap
+        self.sinks = nn.Parameter(torch.zeros(config.heads)) if config.sinks else None  # (H,)
 
     # --8<-- [start:attention]
     def forward(
@@ -204,9 +210,9 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)  # cached tokens first: (B, Hkv, S, D), S = past + L
         if self.softcap is None:
-            heads = _attention(q, k, v, mask, enable_gqa=True)  # (B, H, L, D)
+            heads = _attention(q, k, v, mask, enable_gqa=True, sinks=self.sinks)  # (B, H, L, D)
         else:
-            heads = softcapped_attention(q, k, v, mask, self.softcap)  # (B, H, L, D)
+            heads = softcapped_attention(q, k, v, mask, self.softcap, self.sinks)  # (B, H, L, D)
         return self.out_proj(heads.transpose(1, 2).flatten(2))  # (B, H, L, D) -> (B, L, E)
 
     # --8<-- [end:attention]
@@ -217,7 +223,9 @@ class Attention(nn.Module):
         return x.transpose(1, 2)  # (B, L, heads, D) -> (B, heads, L, D)
 
 
-def softcapped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, softcap: float) -> Tensor:
+def softcapped_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask, softcap: float, sinks: Tensor | None = None
+) -> Tensor:
     """Attention whose scaled scores are soft-capped, `softcap * tanh(scores / softcap)`, before the mask.
 
     Args:
@@ -226,6 +234,7 @@ def softcapped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, softcap: f
         v: `(B, Hkv, S, D)` values.
         mask: the causal mask and any bias (ALiBi's, added after the cap); every query keeps a key.
         softcap: the cap `c > 0`: every score lies in `(-c, c)`.
+        sinks: None, or `(H,)` logits, one per query head, uncapped, as `qkv.attention` takes them.
 
     Returns:
         `(B, H, L, D)`.
@@ -244,7 +253,12 @@ def softcapped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask, softcap: f
         scores = scores.masked_fill(~keep, float("-inf"))
     else:
         scores = scores + keep.to(scores.dtype)
-    return torch.softmax(scores, dim=-1) @ v  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
+    if sinks is None:
+        return torch.softmax(scores, dim=-1) @ v  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
+    sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (B, H, L, 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)  # (B, H, L, S + 1)
+    weights = weights[..., :-1]  # the sink's share is dropped
+    return weights @ v  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
 
 
 class MLP(nn.Module):
@@ -591,6 +605,7 @@ LLAMA_SHAPE = {
     "qk_norm": False,
     "bias": False,
     "softcap": None,
+    "sinks": False,
 }
 # `GPTConfig`'s fields by `LlamaConfig`'s names (RoPE's base is in `rope_parameters`).
 LLAMA_CONFIG = {

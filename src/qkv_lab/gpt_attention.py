@@ -2,8 +2,9 @@
 
 `qkv.gpt.Attention` returns its output, not its weights (the fused call never forms them). `attention_maps`
 recomputes them from the model's own parts, layer by layer: the block's norm, its query and key projections,
-its QK-norm if any, RoPE (`qkv.apply_rope`) at the block's base, and `qkv.attention_weights` with the causal
-mask; the residual stream between layers is the model's own blocks'. tests/lab/test_gpt_attention.py checks
+its QK-norm if any, RoPE (`qkv.apply_rope`) at the block's base and scaling, and `qkv.attention_weights` with
+the causal mask and the block's learned sinks if any (the weights of a row then sum to less than 1); the
+residual stream between layers is the model's own blocks'. tests/lab/test_gpt_attention.py checks
 that these weights, times the block's values, give the block's own attention output.
 
 `ablated_bits` runs the model's own forward with chosen heads' outputs set to zero (a hook on each block's
@@ -48,9 +49,11 @@ def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
     if attn.rope_base is not None:
-        q = apply_rope(q, positions, base=attn.rope_base)
-        k = apply_rope(k, positions, base=attn.rope_base)
-    return attention_weights(q, k, is_causal=True, enable_gqa=True)  # (B, H, L, L)
+        q = apply_rope(q, positions, base=attn.rope_base, scaling=attn.rope_scaling)
+        k = apply_rope(k, positions, base=attn.rope_base, scaling=attn.rope_scaling)
+    return attention_weights(
+        q, k, is_causal=True, enable_gqa=True, sinks=attn.sinks
+    )  # (B, H, L, L)
 
 
 @torch.no_grad()

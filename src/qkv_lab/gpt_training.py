@@ -134,19 +134,27 @@ def bits_per_byte(model: GPT, validation: Tensor) -> float:
 
 # --8<-- [start:train]
 def train_gpt(
-    config: GPTConfig, train: Tensor, steps: int, batch: int, lr: float, seed: int
+    config: GPTConfig,
+    train: Tensor,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    start: dict[str, Tensor] | None = None,
 ) -> tuple[GPT, list[float]]:
     """A `GPT` trained by AdamW on random windows of `train`; the model (eval mode) and every step's loss.
 
     Each step draws `batch` windows of `context + 1` bytes from a generator seeded with `seed` and minimises
     the cross-entropy of each byte given the ones before it, its gradient clipped to norm 1. The learning rate
-    rises linearly over the first tenth of the steps, then falls along a cosine to a tenth of `lr`. One
-    thread: see `qkv_lab.toys`.
+    rises linearly over the first tenth of the steps, then falls along a cosine to a tenth of `lr`. The
+    weights start from `seed`, or from the state dict `start` (a fine-tune). One thread: see `qkv_lab.toys`.
     """
     check_sizes(steps=steps, batch=batch)
     torch.manual_seed(seed)  # the initial weights
     generator = torch.Generator().manual_seed(seed)  # the windows
     model = GPT(config)
+    if start is not None:
+        model.load_state_dict(start)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 10)
 

@@ -13,6 +13,10 @@ CONFIGS = [
     GPTConfig(width=32, layers=2, heads=4, kv_heads=2, context=16),  # the site GPT's shape, smaller
     GPTConfig(width=32, layers=2, heads=2, norm="layer", qk_norm=True, context=16),
     GPTConfig(width=32, layers=1, heads=2, positions="learned", context=16),
+    GPTConfig(width=32, layers=2, heads=4, kv_heads=2, context=16, sinks=True),
+    GPTConfig(
+        width=32, layers=2, heads=2, context=16, rope_scaling={"rope_type": "linear", "factor": 2.0}
+    ),
 ]
 
 
@@ -24,7 +28,9 @@ def model_and_ids(config: GPTConfig) -> tuple[GPT, torch.Tensor]:
     return model, torch.randint(0, config.vocab_size, (2, 12))
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["rope-gqa", "qk-norm", "learned"])
+@pytest.mark.parametrize(
+    "config", CONFIGS, ids=["rope-gqa", "qk-norm", "learned", "sinks", "rope-scaling"]
+)
 def test_weights_times_values_give_each_blocks_own_attention_output(config):
     model, ids = model_and_ids(config)
     maps = attention_maps(model, ids)  # (layers, B, H, L, L)

@@ -5,6 +5,7 @@ The tests of the trained model share one xdist group: the first of them trains i
 """
 
 import copy
+import dataclasses
 import math
 import re
 from fractions import Fraction
@@ -134,6 +135,19 @@ def test_training_is_deterministic_and_leaves_the_thread_count_alone():
         torch.equal(p, q) for p, q in zip(first.parameters(), second.parameters(), strict=True)
     )
     assert not first.training
+
+
+def test_a_fine_tune_starts_from_the_weights_it_is_given():
+    trained, _ = small_run(6)
+    longer = dataclasses.replace(TINY, context=16)  # RoPE has no weights: the same state fits
+    train, _ = lab.split(lab.encode(lab.site_text()[:20_000]))
+    start = {name: p.clone() for name, p in trained.state_dict().items()}
+    unchanged, _ = lab.train_gpt(longer, train, steps=1, batch=2, lr=0.0, seed=5, start=start)
+    assert all(torch.equal(p, start[n]) for n, p in unchanged.state_dict().items())  # lr 0
+    tuned, losses = lab.train_gpt(longer, train, steps=3, batch=2, lr=1e-2, seed=5, start=start)
+    _, fresh = lab.train_gpt(longer, train, steps=3, batch=2, lr=1e-2, seed=5)
+    assert losses[0] < fresh[0]  # trained weights predict the first batch better than fresh ones
+    assert not torch.equal(tuned.embed.weight, start["embed.weight"])
 
 
 def test_training_lowers_the_loss():

@@ -141,3 +141,52 @@ def test_update_rejects_other_dtypes():
         cache.update([[0.0]], torch.randn(1, 1, 1, 4))
     with pytest.raises(TypeError, match="value must be a floating-point tensor"):
         cache.update(torch.randn(1, 1, 1, 4), torch.ones(1, 1, 1, 4, dtype=torch.int64))
+
+
+def stream(tokens: int) -> torch.Tensor:
+    """`(2, 3, tokens, 1)`: token t holds t + 1 in every batch element and head, so it names itself."""
+    return torch.arange(1.0, tokens + 1).view(1, 1, tokens, 1).expand(2, 3, tokens, 1)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "window", "sinks", "kept"),
+    [
+        (10, 6, 2, [1, 2, 7, 8, 9, 10]),  # the first 2, then the last 4
+        (10, 6, 0, [5, 6, 7, 8, 9, 10]),  # a plain sliding window
+        (10, 6, 5, [1, 2, 3, 4, 5, 10]),  # the sinks, then only the newest token
+        (7, 6, 4, [1, 2, 3, 4, 6, 7]),  # one token over: the oldest after the sinks goes
+        (6, 6, 4, [1, 2, 3, 4, 5, 6]),  # full, not over: all kept
+        (3, 6, 4, [1, 2, 3]),  # fewer tokens than sinks
+        (1, 1, 0, [1]),
+    ],
+)
+def test_streaming_window_keeps_exactly_the_sinks_and_the_most_recent(tokens, window, sinks, kept):
+    out = qkv.streaming_window(stream(tokens), window, sinks)
+    assert out.shape == (2, 3, len(kept), 1)
+    assert out[1, 2, :, 0].tolist() == kept
+    assert torch.equal(out, out[:1, :1].expand_as(out))  # every batch element and head alike
+
+
+def test_streaming_window_applied_at_every_step_equals_once_on_the_whole_stream():
+    """What a decoder does: append one token, then evict; the cache never holds more than the window."""
+    x = torch.randn(2, 3, 20, 4)
+    cache = x[..., :0, :]
+    for t in range(20):
+        cache = qkv.streaming_window(torch.cat([cache, x[..., t : t + 1, :]], dim=-2), 8, 3)
+        assert cache.size(-2) == min(t + 1, 8)
+    assert torch.equal(cache, qkv.streaming_window(x, 8, 3))
+    assert torch.equal(cache, torch.cat([x[..., :3, :], x[..., 15:, :]], dim=-2))
+
+
+@pytest.mark.parametrize(
+    ("window", "sinks", "error", "match"),
+    [
+        (4, 4, ValueError, r"sinks \(4\) must be below window \(4\)"),
+        (0, 0, ValueError, "window must be positive"),
+        (4, -1, ValueError, "sinks must be non-negative"),
+        (4.0, 1, TypeError, "window must be an int"),
+    ],
+)
+def test_streaming_window_rejects_bad_sizes_by_name(window, sinks, error, match):
+    with pytest.raises(error, match=match):
+        qkv.streaming_window(torch.zeros(1, 5, 2), window, sinks)

@@ -32,6 +32,7 @@ CATALOGUE = [
     "serving/gather-pages",
     "flash-attention/online-softmax",
     "efficient-attention/linear-attention",
+    "long-context/streaming-window",
     "attention-across-devices/merge-partials",
 ]
 ATTENTION = "queries-keys-values/attention"
@@ -135,6 +136,14 @@ def linear_attention(q, k, v):
     return weights @ v / weights.sum(-1, keepdim=True)
 
 
+def streaming_window(x, window, sinks):
+    tokens = x.size(-2)
+    if tokens <= window:
+        return x
+    keep = torch.cat([torch.arange(sinks), torch.arange(tokens - window + sinks, tokens)])
+    return x[..., keep, :]
+
+
 def merge_partials(out_a, lse_a, out_b, lse_b):
     both = torch.stack([lse_a, lse_b])
     share = torch.softmax(both, dim=0)[..., None]
@@ -156,6 +165,7 @@ SOLUTIONS = {
     "serving/gather-pages": gather_pages,
     "flash-attention/online-softmax": online_softmax,
     "efficient-attention/linear-attention": linear_attention,
+    "long-context/streaming-window": streaming_window,
     "attention-across-devices/merge-partials": merge_partials,
 }
 
@@ -501,6 +511,29 @@ WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
         "elu(x) alone",
     ),
     ("efficient-attention/linear-attention", attention, "that is softmax attention"),
+    (
+        "long-context/streaming-window",
+        lambda x, window, sinks: x[..., -window:, :],
+        "plain sliding window",
+    ),
+    (
+        "long-context/streaming-window",
+        lambda x, window, sinks: (
+            x
+            if x.size(-2) <= window
+            else torch.cat([x[..., sinks - window :, :], x[..., :sinks, :]], dim=-2)
+        ),
+        "the sinks first",
+    ),
+    (
+        "long-context/streaming-window",
+        lambda x, window, sinks: (
+            x
+            if x.size(-2) <= window
+            else torch.cat([x[..., :sinks, :], x[..., sinks - window - 1 : -1, :]], dim=-2)
+        ),
+        "newest token is missing",
+    ),
     (
         "attention-across-devices/merge-partials",
         lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)),

@@ -125,7 +125,12 @@ def reference_logits(model: GPT, ids: torch.Tensor) -> torch.Tensor:
             scores = config.softcap * torch.tanh(scores / config.softcap)
         if config.positions == "alibi":
             scores = scores - slopes[:, None, None] * (i - j)
-        weights = torch.softmax(scores.masked_fill(j > i, -math.inf), dim=-1)
+        scores = scores.masked_fill(j > i, -math.inf)
+        if config.sinks:  # one more logit per head in every row, its share dropped
+            sink = attn.sinks[:, None, None].expand(*scores.shape[:-1], 1)  # (B, H, L, 1)
+            weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            weights = torch.softmax(scores, dim=-1)
         out = (weights @ v[:, group]).transpose(1, 2).reshape(*ids.shape, heads * head_dim)
         x = x + reference_linear(attn.out_proj, out)
         x = x if pre else reference_norm(block.attn_norm, x)
@@ -175,6 +180,51 @@ def test_logits_equal_the_reference_for_every_block_option(options):
     ids = random_ids(config, 2, 9)
     with torch.no_grad():
         torch.testing.assert_close(model(ids), reference_logits(model, ids), **EXACT)
+
+
+# learned sinks with what their softmax meets: GQA, ALiBi's bias, soft-capping, another norm and MLP
+SINK_OPTIONS = [
+    {"kv_heads": 2},
+    {"kv_heads": 1, "positions": "alibi"},
+    {"softcap": 0.5},
+    {"softcap": 0.5, "positions": "alibi", "norm": "layer", "mlp": "gelu"},
+    {"norm_position": "post", "bias": True, "positions": None},
+]
+
+
+@pytest.mark.parametrize("options", SINK_OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
+def test_logits_with_sinks_equal_a_softmax_over_one_more_logit(options):
+    config = tiny(**options, sinks=True)
+    model = random_model(config, std=0.5)
+    ids = random_ids(config, 2, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), reference_logits(model, ids), **EXACT)
+
+
+@pytest.mark.parametrize("options", SINK_OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
+def test_cached_decoding_with_sinks_gives_the_logits_of_one_pass(options):
+    config = tiny(**options, sinks=True)
+    model = random_model(config, std=0.5)
+    ids = random_ids(config, 2, 10)
+    cache = model.new_cache()
+    with torch.no_grad():
+        whole = model(ids)
+        pieces = [model(ids[:, :6], cache)]  # prefill, then one token at a time
+        pieces += [model(ids[:, t : t + 1], cache) for t in range(6, 10)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), whole, **EXACT)
+
+
+def test_sinks_start_at_zero_learn_and_take_weight():
+    model = GPT(tiny(sinks=True))
+    sinks = [block.attn.sinks for block in model.blocks]
+    assert all(torch.equal(s, torch.zeros(4)) for s in sinks)  # one per query head
+    ids = random_ids(model.config, 2, 7)
+    plain = GPT(tiny())
+    plain.load_state_dict({n: p for n, p in model.state_dict().items() if not n.endswith("sinks")})
+    with torch.no_grad():
+        assert not torch.allclose(model(ids), plain(ids))  # e^0 = 1: each sink takes a share
+    model(ids).logsumexp(-1).sum().backward()
+    assert all(s.grad is not None and s.grad.abs().sum() > 0 for s in sinks)
 
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
@@ -378,6 +428,7 @@ def test_bias_adds_one_per_output_of_each_linear_layer_and_starts_at_zero():
         ({"bias": 0}, TypeError, "bias must be a bool"),
         ({"qk_norm": 1}, TypeError, "qk_norm must be a bool"),
         ({"tie_embeddings": "yes"}, TypeError, "tie_embeddings must be a bool"),
+        ({"sinks": 1}, TypeError, "sinks must be a bool"),
     ],
 )
 def test_config_rejects_bad_options_by_name(options, error, match):
@@ -722,6 +773,7 @@ def test_greedy_generation_equals_transformers_generate(options):
         ({"norm_position": "post"}, "norm_position='post'"),
         ({"bias": True}, "bias=True"),
         ({"softcap": 50.0}, "softcap=50.0"),
+        ({"sinks": True}, "sinks=True"),
     ],
 )
 def test_to_transformers_rejects_what_llama_lacks_by_name(options, option):

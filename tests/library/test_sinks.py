@@ -108,6 +108,20 @@ def test_the_weights_sum_to_one_less_the_sinks_share():
     assert torch.equal(nothing, torch.zeros_like(nothing))
 
 
+@pytest.mark.parametrize("mask", ["none", "causal", "bool-mask", "float-mask"])  # torch's masks
+def test_the_weights_with_sinks_are_the_concatenated_softmax_less_the_sinks_column(mask):
+    query, key, value, sinks = tensors()
+    options, keep, bias = keep_and_bias(mask, 5, 7)
+    weights = qkv.attention_weights(query, key, sinks=sinks, **options)
+    eye = torch.eye(7, dtype=torch.float64).expand(2, 4, 7, 7)  # value row j picks key j's weight
+    torch.testing.assert_close(
+        weights, concatenated(query, key, eye, keep, sinks, bias=bias), **EXACT
+    )
+    torch.testing.assert_close(
+        weights @ value, qkv.attention(query, key, value, sinks=sinks, **options)
+    )
+
+
 def test_a_sink_of_minus_infinity_is_plain_attention():
     query, key, value, _ = tensors()
     none = torch.full((4,), -math.inf, dtype=torch.float64)
@@ -159,5 +173,7 @@ def test_bad_sinks_are_refused_by_name():
         qkv.attention(query, key, value, sinks=[0.0] * 4)
     with pytest.raises(ValueError, match=r"query \(5, 8\)"):
         qkv.attention(query[0, 0], key[0, 0], value[0, 0], sinks=sinks)
+    with pytest.raises(ValueError, match=r"sinks must be \(H,\).* got sinks \(3,\)"):
+        qkv.attention_weights(query, key, sinks=sinks[:3])
     with pytest.raises(ValueError, match=r"the kernels take no sinks"):
         qkv.attention(query, key, value, sinks=sinks, backend="triton")

@@ -10,6 +10,7 @@ from qkv.exercises.formula import (
     STABLE_SOFTMAX,
 )
 from qkv.exercises.layers import LAYER_NORM, MERGE_HEADS, ROPE, SPLIT_HEADS
+from qkv.exercises.long_context import STREAMING_WINDOW
 from qkv.exercises.sampling import TOP_P
 from qkv.exercises.serving import GATHER_PAGES
 
@@ -28,5 +29,6 @@ EXERCISES: tuple[Exercise, ...] = (
     GATHER_PAGES,
     ONLINE_SOFTMAX,
     LINEAR_ATTENTION,
+    STREAMING_WINDOW,
     MERGE_PARTIALS,
 )
