@@ -202,8 +202,12 @@ def test_unknown_backend_is_rejected():
     ids=["float32", "attn-mask", "dropout"],
 )
 def test_triton_refuses_what_it_cannot_take(kwargs, error, message):
-    q = torch.randn(1, 2, 4, 16)
+    q = torch.randn(1, 2, 4, 16, device=KERNEL_DEVICE)
     q = q if not kwargs else q.half()
+    kwargs = {
+        name: value.to(q.device) if torch.is_tensor(value) else value
+        for name, value in kwargs.items()
+    }
     with pytest.raises(error, match=r"the triton backend cannot take these inputs: " + message):
         qkv.attention(q, q, q, backend="triton", **kwargs)
 

@@ -119,56 +119,15 @@ MASKS = [
 def test_output_and_gradients_match_torch(seqlen_q, seqlen_k, head_dim, masks, dtype):
     if masks.get("key_lengths"):
         masks = {"key_lengths": some_key_lengths(seqlen_k)}
-        if not flash.INTERPRETED and head_dim == contract.WRONG_DK_WITH_KEY_LENGTHS:
-            # refused on a GPU (test_dk_with_key_lengths_is_still_wrong_at_d128 runs the kernels)
-            q, k, v = random_qkv(2, 2, seqlen_q, seqlen_k, head_dim, dtype)
-            with pytest.raises(ValueError, match=r"key_lengths and head size D = 128"):
-                qkv.flash_attention(q.requires_grad_(), k, v, **masks)
-            return
     assert_matches_torch(*random_qkv(2, 2, seqlen_q, seqlen_k, head_dim, dtype), **masks)
 
 
-def test_gradients_with_key_lengths_are_refused_where_dk_is_wrong(monkeypatch):
-    # The refusal, read as on a GPU (not interpreted): key lengths, D = 128, gradients wanted.
-    monkeypatch.setattr(contract, "interpreted", lambda: False)
-    q, k, v = random_qkv(2, 2, 19, 7, 128)
-    key_lengths = some_key_lengths(7)
-    mask = Mask(key_lengths=key_lengths)
-    assert contract.mask_refusal(q, k, v, mask) is None  # nothing asks for gradients
-    q.requires_grad_()
-    refused = contract.mask_refusal(q, k, v, mask)
-    assert refused.error is ValueError
-    assert "key_lengths" in refused.reason
-    assert "(2, 2, 19, 128)" in refused.reason
-    with torch.no_grad():
-        assert contract.mask_refusal(q, k, v, mask) is None
-    assert contract.mask_refusal(q, k, v, Mask()) is None
-    q64 = random_qkv(2, 2, 19, 7, 64)[0].requires_grad_()
-    assert contract.mask_refusal(q64, k[..., :64], v[..., :64], mask) is None
-
-
-@pytest.mark.skipif(flash.INTERPRETED, reason="the defect shows on a GPU only")
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the kernels' dK with key_lengths at D = 128 is wrong on CUDA",
-)
-@pytest.mark.parametrize("seqlen_k", [7, 33])
-def test_dk_with_key_lengths_is_still_wrong_at_d128(seqlen_k):
-    # Strict: the day the kernels get it right this fails, and the refusal in contract.py can go.
-    key_lengths = some_key_lengths(seqlen_k)
-
-    def unrefused(q, k, v, key_lengths):
-        return flash.attend(q, k, v, Mask(key_lengths=key_lengths), None)
-
-    q, k, v = random_qkv(2, 2, 19, seqlen_k, 128)
-    assert_matches_torch(q, k, v, key_lengths=key_lengths, attention=unrefused)
-
-
-@pytest.mark.parametrize("seqlen_k", [100, 300])
-def test_gradients_with_key_lengths_over_several_key_blocks_match_torch(seqlen_k):
-    # D = 64 with lengths that cross several key blocks (the CUDA tests above stop at S = 45).
-    q, k, v = random_qkv(2, 2, 37, seqlen_k, 64)
+@pytest.mark.parametrize("seqlen_k", [33, 100, 300])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gradients_with_key_lengths_over_several_key_blocks_match_torch(seqlen_k, head_dim):
+    # Lengths that cross several key blocks (the CUDA tests above stop at S = 45). At D = 128, S = 33
+    # and 100, the dK/dV kernel that transposed its tiles in registers gave dK off by up to 1 on CUDA.
+    q, k, v = random_qkv(2, 2, 37, seqlen_k, head_dim)
     assert_matches_torch(q, k, v, key_lengths=some_key_lengths(seqlen_k))
 
 

@@ -110,7 +110,7 @@ def refusal(
     refused = _platform_refusal(q)
     if refused is not None:
         return refused
-    return None if mask is None else mask_refusal(q, k, v, mask)
+    return None if mask is None else mask_refusal(mask)
 
 
 def _platform_refusal(q: Tensor) -> Refusal | None:
@@ -132,39 +132,13 @@ def _platform_refusal(q: Tensor) -> Refusal | None:
     return None
 
 
-# The head size at which the backward kernel's dK with key lengths failed its CUDA tests (H100 on
-# 2026-11-25 and H200 on 2026-11-26, Triton 3.6: dK off by up to about 1 at L = 19, S = 7 and S = 33,
-# while dQ, dV and the output were right, and D = 16, 32 and 64 passed). Until that is understood,
-# such a call that needs gradients is refused on a GPU; the interpreter computes it right.
-# flash_attention_varlen is not refused: it takes no key lengths, and nothing has shown its dK wrong. Its
-# sequences' lengths are loaded from memory too, so its CUDA tests include gradients at D = 128
-# (test_heads_and_head_sizes_match_torch): the next GPU run says whether it shares the defect.
-WRONG_DK_WITH_KEY_LENGTHS = 128
-
-
-def mask_refusal(q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Refusal | None:
-    """Why the kernels cannot take `mask` for tensors that `refusal` accepts, or None.
-
-    Reads whether gradients will be asked for (grad mode and `requires_grad`), as the call is made.
-    """
+def mask_refusal(mask: Mask) -> Refusal | None:
+    """Why the kernels cannot take `mask` for tensors that `refusal` accepts, or None."""
     if mask.dense is not None:
         return Refusal(
             ValueError,
             "the kernels take no attn_mask (masks: is_causal, window, key_lengths; "
             "MultiHeadAttention passes a key_padding_mask that hides a suffix of each row as key_lengths)",
-        )
-    wants_gradients = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-    if (
-        mask.key_lengths is not None
-        and wants_gradients
-        and q.size(3) == WRONG_DK_WITH_KEY_LENGTHS
-        and not interpreted()
-    ):
-        return Refusal(
-            ValueError,
-            f"with key_lengths and head size D = {WRONG_DK_WITH_KEY_LENGTHS} (q {shape(q)}), the "
-            "kernels' gradient dK is wrong on a GPU (a known defect, found by their CUDA tests): "
-            "compute without gradients (torch.no_grad()), or with backend='torch'",
         )
     return None
 

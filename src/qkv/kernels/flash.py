@@ -104,9 +104,7 @@ def _kept_keys(KeyLengths, seqlen_k):
     """How many keys this program's batch keeps: `key_lengths[b]` clamped to [0, S], or S without them.
 
     In int32 either way, like `seqlen_k`: the loop bounds derived from it then have one type with and
-    without key lengths. (With the int64 of a loaded length, dK failed a CUDA test at D = 128 on the
-    first H100 run, Triton 3.6, while the same shapes without key lengths passed; whether this is the
-    cause is for the next GPU run to show.)
+    without key lengths.
     """
     kv_len = seqlen_k
     if KeyLengths is not None:
@@ -125,15 +123,30 @@ def _load_rows(Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
     return rows
 
 
+@triton.jit
+def _load_columns(Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
+    """`_load_rows` read transposed, `(HEAD_DIM, len(index))`: rows `index` become columns."""
+    pointers = Ptr + index[None, :] * HEAD_DIM + tl.arange(0, HEAD_DIM)[:, None]
+    if MASKED:
+        columns = tl.load(pointers, mask=(index < count)[None, :], other=0.0)
+    else:
+        columns = tl.load(pointers)
+    return columns
+
+
 # --8<-- [start:keep]
 @triton.jit
 def _keep(rows, cols, kv_len, offset, window, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
-    """The mask of one tile, `(BLOCK_M, BLOCK_N)`: True where query `rows[i]` may attend key `cols[j]`."""
-    keep = (cols < kv_len)[None, :]
+    """The mask of one tile: True where a query of `rows` may attend a key of `cols`.
+
+    `rows (BLOCK_M, 1)` and `cols (1, BLOCK_N)` give a `(BLOCK_M, BLOCK_N)` tile; `rows (1, BLOCK_M)` and
+    `cols (BLOCK_N, 1)` its transpose, keys by queries.
+    """
+    keep = cols < kv_len
     if CAUSAL:
-        keep = keep & (cols[None, :] <= rows[:, None] + offset)
+        keep = keep & (cols <= rows + offset)
     if WINDOW:
-        keep = keep & (cols[None, :] > rows[:, None] + offset - window)
+        keep = keep & (cols > rows + offset - window)
     return keep
 
 
@@ -155,9 +168,8 @@ def _attend_to_keys(
         v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
         scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
         if MASKED:
-            scores = tl.where(
-                _keep(rows, cols, kv_len, offset, window, CAUSAL, WINDOW), scores, float("-inf")
-            )
+            keep = _keep(rows[:, None], cols[None, :], kv_len, offset, window, CAUSAL, WINDOW)
+            scores = tl.where(keep, scores, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, 1))
         shift = m_new
         if MASKED:
@@ -254,12 +266,13 @@ def _backward_preprocess(Out, dOut, Delta, seqlen_q, HEAD_DIM: tl.constexpr, BLO
 # --8<-- [start:probabilities]
 @triton.jit
 def _probabilities(
-    q, k, lse2, rows, cols, kv_len, offset, window, qk_scale,
+    scores, lse2, rows, cols, kv_len, offset, window,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
-    """One tile of attention probabilities, recomputed from the stored logsumexp (`lse2`, in log2 units)."""
-    scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
-    p = tl.exp2(scores - lse2[:, None])
+    """One tile of attention probabilities, recomputed from its scores and the stored logsumexp `lse2`,
+    both in log2 units. `rows` and `lse2` are `(BLOCK_M, 1)` and `cols (1, BLOCK_N)` for a tile of queries
+    by keys; `(1, BLOCK_M)` and `(BLOCK_N, 1)` for its transpose (see `_keep`)."""
+    p = tl.exp2(scores - lse2)
     if MASKED:
         p = tl.where(_keep(rows, cols, kv_len, offset, window, CAUSAL, WINDOW), p, 0.0)
     return p
@@ -276,25 +289,30 @@ def _dkdv_over_queries(
 ):  # fmt: skip
     """Add the query tiles in `[start, end)` of one head to dK and dV of one block of keys.
 
-    Rows past L read as zeros (q, dO, lse and delta alike), so they add nothing.
+    Rows past L read as zeros (q, dO, lse and delta alike), so they add nothing. The tiles are computed
+    transposed, keys by queries (`p_t` is P^T), so that `P^T dO` and `dS^T Q` take them as they are: the
+    same products written with `tl.trans(p)` and `tl.trans(ds)` gave a wrong dK on CUDA at D = 128 in
+    some launch configurations (H100 and H200, Triton 3.6; benchmarks/gpu/2026-11-26-h200b).
     """
     for tile in range(start, end, BLOCK_M):
         rows = tile + tl.arange(0, BLOCK_M)
-        q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, MASKED)
-        d_out = _load_rows(dOut, rows, seqlen_q, HEAD_DIM, MASKED)
+        q_t = _load_columns(Q, rows, seqlen_q, HEAD_DIM, MASKED)  # (D, BLOCK_M)
+        d_out = _load_rows(dOut, rows, seqlen_q, HEAD_DIM, MASKED)  # (BLOCK_M, D)
         if MASKED:
             lse2 = tl.load(LSE + rows, mask=rows < seqlen_q, other=0.0) * LOG2E
             delta = tl.load(Delta + rows, mask=rows < seqlen_q, other=0.0)
         else:
             lse2 = tl.load(LSE + rows) * LOG2E
             delta = tl.load(Delta + rows)
-        p = _probabilities(
-            q, k, lse2, rows, cols, kv_len, offset, window, qk_scale, CAUSAL, WINDOW, MASKED
-        )
-        dv = tl.dot(tl.trans(p.to(d_out.dtype)), d_out, dv)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
-        dp = tl.dot(d_out, tl.trans(v))  # (BLOCK_M, BLOCK_N)
-        ds = p * (dp - delta[:, None])
-        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        scores_t = tl.dot(k, q_t) * qk_scale  # (BLOCK_N, BLOCK_M), in log2 units
+        p_t = _probabilities(
+            scores_t, lse2[None, :], rows[None, :], cols[:, None], kv_len, offset, window,
+            CAUSAL, WINDOW, MASKED,
+        )  # fmt: skip
+        dv = tl.dot(p_t.to(d_out.dtype), d_out, dv)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        dp_t = tl.dot(v, tl.trans(d_out))  # (BLOCK_N, BLOCK_M)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
     return dk, dv
 
 
@@ -364,9 +382,11 @@ def _dq_over_keys(
         cols = tile + tl.arange(0, BLOCK_N)
         k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
         v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
+        scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
         p = _probabilities(
-            q, k, lse2, rows, cols, kv_len, offset, window, qk_scale, CAUSAL, WINDOW, MASKED
-        )
+            scores, lse2[:, None], rows[:, None], cols[None, :], kv_len, offset, window,
+            CAUSAL, WINDOW, MASKED,
+        )  # fmt: skip
         dp = tl.dot(d_out, tl.trans(v))  # (BLOCK_M, BLOCK_N)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)  # (BLOCK_M, BLOCK_N) @ (BLOCK_N, D)
@@ -658,7 +678,7 @@ def flash_attention(
     contract.check_kernel_inputs(q, k, v, scale)
     scores = (*q.shape[:3], k.size(2))  # (B, H, L, S)
     mask = parse_mask(q, k, scores, None, causal, window, key_lengths, causal_name="causal")
-    refused = contract.mask_refusal(q, k, v, mask)
+    refused = contract.mask_refusal(mask)
     if refused is not None:
         raise refused.error(refused.reason)
     return attend(q, k, v, mask, scale)
