@@ -27,6 +27,12 @@ def test_a_formula_becomes_commonhtml_with_its_tex(mathjax: ModuleType) -> None:
     assert 'display="true"' in mathjax.typeset("x", display=True, where="page.md")
 
 
+def test_a_formula_carries_no_attribute_that_browsers_ignore(mathjax: ModuleType) -> None:
+    html = mathjax.typeset("x", display=False, where="page.md")
+    assert "<math><mi>x</mi></math>" in html  # the assistive MathML, without xmlns
+    assert "unselectable" not in html
+
+
 def test_a_tex_error_names_the_page_and_the_formula(mathjax: ModuleType) -> None:
     broken = r"\frac{a}{"
     message = re.escape(f"page.md: TeX error in {broken!r}: Missing close brace")
