@@ -44,6 +44,9 @@ def test_math_is_typeset_when_the_site_is_built(site: Path) -> None:
     fonts = set(re.findall(r"url\(\"?woff-v2/([^)\"]+)", stylesheet))
     assert "MathJax_Main-Regular.woff" in fonts
     assert all((site / "assets" / "mathjax" / "woff-v2" / font).is_file() for font in fonts)
+    shipped = load_hook("mathjax").FONTS / "MathJax_Main-Regular.woff"
+    cut = site / "assets" / "mathjax" / "woff-v2" / shipped.name
+    assert cut.stat().st_size < shipped.stat().st_size  # only the glyphs the site's formulas draw
     assert not list(site.rglob("tex-mml-chtml.js"))
 
 
