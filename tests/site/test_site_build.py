@@ -50,6 +50,13 @@ def test_math_is_typeset_when_the_site_is_built(site: Path) -> None:
     assert not list(site.rglob("tex-mml-chtml.js"))
 
 
+def test_pages_carry_no_runs_of_whitespace_between_tags(site: Path) -> None:
+    page = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    kept_whole = re.compile(r"<(pre|script|style|textarea)\b.*?</\1>", re.DOTALL)
+    outside_kept_text = kept_whole.sub("<kept>", page)
+    assert not re.search(r">\s{2,}<", outside_kept_text)
+
+
 def test_every_figure_is_drawn_into_the_site(site: Path) -> None:
     figures = load_hook("figures")
     names = [name for script in figures.scripts(DOCS) for name in figures._figures_of(script)]
