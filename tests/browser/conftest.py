@@ -42,7 +42,7 @@ CHROMIUM_ARGS = [
 ]
 # Bytes a reader's browser downloads on a first visit to any one page (response bodies, uncompressed, cold
 # cache). Math is typeset when the site is built: pages load MathJax's stylesheet and the fonts they use.
-PAGE_BUDGET_BYTES = 750_000  # heaviest page 682,485 on 2026-11-24 (the scaling article)
+PAGE_BUDGET_BYTES = 750_000  # heaviest page 693,591 on 2026-11-26 (the FlashAttention article)
 
 SHARDS = 4  # the pages are visited in this many groups, side by side: page i in shard i % SHARDS
 

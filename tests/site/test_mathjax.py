@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
+from fontTools.ttLib import TTFont
 
 from tests.site.build import load_hook
 
@@ -25,6 +27,12 @@ def test_a_formula_becomes_commonhtml_with_its_tex(mathjax: ModuleType) -> None:
     assert html.startswith('<mjx-container data-tex="x_i &lt; 1" ')
     assert "<mjx-assistive-mml" in html  # what a screen reader reads
     assert 'display="true"' in mathjax.typeset("x", display=True, where="page.md")
+
+
+def test_a_formula_carries_no_attribute_that_browsers_ignore(mathjax: ModuleType) -> None:
+    html = mathjax.typeset("x", display=False, where="page.md")
+    assert "<math><mi>x</mi></math>" in html  # the assistive MathML, without xmlns
+    assert "unselectable" not in html
 
 
 def test_a_tex_error_names_the_page_and_the_formula(mathjax: ModuleType) -> None:
@@ -61,3 +69,21 @@ def test_the_stylesheet_names_fonts_that_ship(mathjax: ModuleType) -> None:
     named = set(re.findall(r"url\(\"?woff-v2/([^)\"]+)", mathjax.stylesheet()))
     assert "MathJax_Main-Regular.woff" in named
     assert named <= names
+
+
+def test_the_characters_drawn_are_the_strings_of_content_declarations(mathjax: ModuleType) -> None:
+    css = 'mjx-c.a::before{padding:0;content:"\\2211"}mjx-c.b::before{content:"x"}p{color:red}'
+    assert mathjax.drawn_characters(css) == {"\u2211", "x"}
+
+
+def test_a_cut_font_keeps_the_characters_drawn_and_drops_others(mathjax: ModuleType) -> None:
+    mathjax.typeset("\\sum_i x_i", display=True, where="page.md")
+    drawn = mathjax.drawn_characters(mathjax.stylesheet())
+    assert {"\u2211", "x", "i"} <= drawn
+    main = next(font for font in mathjax.fonts() if font.name == "MathJax_Main-Regular.woff")
+    with TTFont(main) as font:
+        whole = set(font.getBestCmap())
+    cut = set(TTFont(io.BytesIO(mathjax.subset_font(main, drawn))).getBestCmap())
+    assert whole & {ord(character) for character in drawn} <= cut
+    assert "@" not in drawn
+    assert ord("@") in whole - cut

@@ -44,7 +44,17 @@ def test_math_is_typeset_when_the_site_is_built(site: Path) -> None:
     fonts = set(re.findall(r"url\(\"?woff-v2/([^)\"]+)", stylesheet))
     assert "MathJax_Main-Regular.woff" in fonts
     assert all((site / "assets" / "mathjax" / "woff-v2" / font).is_file() for font in fonts)
+    shipped = load_hook("mathjax").FONTS / "MathJax_Main-Regular.woff"
+    cut = site / "assets" / "mathjax" / "woff-v2" / shipped.name
+    assert cut.stat().st_size < shipped.stat().st_size  # only the glyphs the site's formulas draw
     assert not list(site.rglob("tex-mml-chtml.js"))
+
+
+def test_pages_carry_no_runs_of_whitespace_between_tags(site: Path) -> None:
+    page = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    kept_whole = re.compile(r"<(pre|script|style|textarea)\b.*?</\1>", re.DOTALL)
+    outside_kept_text = kept_whole.sub("<kept>", page)
+    assert not re.search(r">\s{2,}<", outside_kept_text)
 
 
 def test_every_figure_is_drawn_into_the_site(site: Path) -> None:
