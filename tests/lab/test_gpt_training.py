@@ -177,9 +177,13 @@ def test_the_trained_model_beats_every_baseline():
 
 @trained
 def test_samples_are_the_sites_english_and_python(site_gpt):
-    # Over twelve seeds, so that an edit of the articles (the training text) moves no single sample across.
     # After prose, words of the site's vocabulary; inside a Python block that imported torch and qkv, the
-    # names of torch and qkv again (calls, imports), which the prose samples hardly ever write.
+    # names of torch and qkv again (calls, imports), which the prose samples hardly ever write. Over 24
+    # seeds, with thresholds far from what the model does, so that an edit of the articles (the training
+    # text) does not decide the test: on 2026-11-26, 11 and 13 code samples of 24 named torch or qkv within
+    # 40 and 60 bytes, and no prose sample did; a model that had not learnt code from prose would score
+    # alike on both.
+    seeds = range(24)
     words = set(re.findall(r"[a-z]{3,}", lab.site_text()))
     prose_prompt, code_prompt = (
         "The attention weights ",
@@ -189,16 +193,16 @@ def test_samples_are_the_sites_english_and_python(site_gpt):
     def samples(prompt, length):
         return [
             lab.sample(site_gpt, prompt, length, temperature=0.5, seed=seed)[len(prompt) :]
-            for seed in range(12)
+            for seed in seeds
         ]
 
-    prose, code = samples(prose_prompt, 100), samples(code_prompt, 40)
+    prose, code = samples(prose_prompt, 100), samples(code_prompt, 60)
     new_words = re.findall(r"[a-z]{3,}", " ".join(prose))
-    assert len(new_words) >= 12 * 8
+    assert len(new_words) >= len(seeds) * 8
     assert sum(word in words for word in new_words) >= 0.7 * len(new_words)
     python = re.compile(r"torch|qkv")  # the names the site's blocks are made of
-    assert sum(bool(python.search(text)) for text in code) >= 5, code
-    assert sum(bool(python.search(text)) for text in prose) <= 2, prose
+    assert sum(bool(python.search(text)) for text in code) >= len(seeds) // 4, code
+    assert sum(bool(python.search(text)) for text in prose) <= len(seeds) // 8, prose
 
 
 @trained
