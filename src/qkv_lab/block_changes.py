@@ -31,7 +31,7 @@ import torch
 from qkv.gpt import GPT, GPTConfig
 from qkv_lab.gpt_training import bits_per_byte, encode, site_text, split, train_gpt
 from qkv_lab.harness import environment, write_json
-from qkv_lab.toys import _one_thread
+from qkv_lab.toys import one_thread
 
 # --8<-- [start:ladder]
 START = {  # the site GPT's sizes, in a block shaped as GPT-2's but with the original's post-LN
@@ -105,7 +105,7 @@ def run(
         counts, and `bits_per_byte` and `seconds` per seed (in the order of `seeds`).
     """
     train, validation = split(encode(text))
-    with _one_thread():  # the thread count that training runs with, as `environment` records it
+    with one_thread():  # the thread count that training runs with, as `environment` records it
         machine = environment(torch.device("cpu"))
     report = {
         "what": "bits per byte on the site text's validation split, one change to the block per rung",
@@ -135,7 +135,7 @@ def run(
         for seed in seeds:
             start = time.perf_counter()
             model, _ = train_gpt(config, train, steps, batch, lr, seed)
-            with _one_thread():
+            with one_thread():
                 rung["bits_per_byte"].append(bits_per_byte(model, validation))
             rung["seconds"].append(round(time.perf_counter() - start, 1))
             print(

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 import qkv
 from qkv_lab.remember import remembered
-from qkv_lab.toys import _one_thread
+from qkv_lab.toys import one_thread
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 TEST_LENGTHS = (32, 64, 128, 256)
@@ -90,7 +90,7 @@ def train(positions: str, steps: int = 200, seed: int = 0) -> LastSeenModel:
     generator = torch.Generator().manual_seed(seed)  # the batches
     model = LastSeenModel(positions)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    with _one_thread():
+    with one_thread():
         for _ in range(steps):
             tokens, target = last_seen_batch(generator, 32, TRAIN_LENGTH)
             logits = model(tokens)  # (B, N, VALUES + 1)
@@ -108,7 +108,7 @@ def accuracy(model: LastSeenModel, length: int) -> float:
     generator = torch.Generator().manual_seed(SCORING_SEED)
     tokens, target = last_seen_batch(generator, 256, length)
     scored = target >= 0
-    with _one_thread():
+    with one_thread():
         right = model(tokens).argmax(-1)[scored] == target[scored]
     return right.float().mean().item()
 

@@ -30,7 +30,7 @@ from torch import Tensor
 from qkv._checks import check_sizes
 from qkv.gpt import GPT, GPTConfig, generate
 from qkv_lab.remember import remembered
-from qkv_lab.toys import _one_thread
+from qkv_lab.toys import one_thread
 
 # --8<-- [start:config]
 SITE_CONFIG = GPTConfig(
@@ -168,7 +168,7 @@ def train_gpt(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     offsets = torch.arange(config.context + 1)  # (C + 1,)
     losses = []
-    with _one_thread():
+    with one_thread():
         for _ in range(steps):
             starts = torch.randint(len(train) - config.context, (batch, 1), generator=generator)
             windows = train[starts + offsets]  # (B, C + 1)
@@ -220,7 +220,7 @@ def site_report() -> dict[str, float]:
         name: ngram_bits_per_byte(train_bytes, validation_bytes, order)
         for order, name in enumerate(("unigram", "bigram", "trigram"), start=1)
     }
-    with _one_thread():
+    with one_thread():
         report["gpt"] = bits_per_byte(model, validation)
     return report
 
@@ -228,6 +228,6 @@ def site_report() -> dict[str, float]:
 def sample(model: GPT, prompt: str, length: int, **sampling: float | int) -> str:
     """`prompt` continued by `length` bytes; `sampling` as for `qkv.gpt.generate` (temperature, seed...)."""
     ids = encode(prompt)[None]  # (1, N)
-    with _one_thread():
+    with one_thread():
         out = generate(model, ids, length, **sampling)  # (1, N + length)
     return decode(out[0])

@@ -57,7 +57,7 @@ from qkv_lab.gpt_training import (
     train_gpt,
 )
 from qkv_lab.harness import environment, write_json
-from qkv_lab.toys import _one_thread
+from qkv_lab.toys import one_thread
 
 OUT = Path(__file__).parent / "results" / "long-context.json"
 
@@ -133,7 +133,7 @@ def attention_shares(model: GPT, validation: Tensor, batch: int = 32) -> tuple[T
         )
     windows = validation[: len(validation) // context * context].view(-1, context)  # (N, C)
     first = sink = 0
-    with _one_thread():
+    with one_thread():
         for ids in windows.split(batch):
             maps = attention_maps(model, ids)  # (layers, B, H, C, C)
             first = first + maps[..., 1:, 0].mean(-1).sum(1)  # (layers, H)
@@ -259,7 +259,7 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
     train, validation = split(encode(text))
     streams = validation[: len(validation) // settings.stream * settings.stream]
     streams = streams.view(-1, settings.stream)  # (streams, stream)
-    with _one_thread():  # the thread count that training runs with, as `environment` records it
+    with one_thread():  # the thread count that training runs with, as `environment` records it
         machine = environment(torch.device("cpu"))
     report = {
         "what": "attention sinks, a streaming cache, learned sinks and RoPE scaling on the site's GPT",
@@ -294,7 +294,7 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
             model, _ = train_gpt(config, train, settings.steps, settings.batch, settings.lr, seed)
             trained[kind] = model
             where = report["models"].setdefault(kind, {"config": dataclasses.asdict(config)})
-            with _one_thread():
+            with one_thread():
                 record(where, "bits_per_byte", bits_per_byte(model, validation))
                 first, sink = attention_shares(model, validation)
                 record(where, "first_token_weight", first.tolist())
@@ -324,7 +324,7 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
         plain, longest = trained["plain"], max(settings.lengths)
         for name, scaling in settings.scalings:
             start, where = time.perf_counter(), report["rope"][name]
-            with _one_thread():
+            with one_thread():
                 as_trained = [
                     bits_per_byte(with_context(plain, length, scaling), validation)
                     for length in settings.lengths
@@ -334,7 +334,7 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
                 stretched.config, train, settings.fine_tune_steps, settings.fine_tune_batch,
                 settings.fine_tune_lr, seed, start=stretched.state_dict(),
             )  # fmt: skip
-            with _one_thread():
+            with one_thread():
                 fine_tuned = [
                     bits_per_byte(with_context(tuned, length, scaling), validation)
                     for length in settings.lengths

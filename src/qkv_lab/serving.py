@@ -29,7 +29,7 @@ from qkv_lab.gpt_training import (
     trained_site_gpt,
 )
 from qkv_lab.remember import remembered
-from qkv_lab.toys import _one_thread
+from qkv_lab.toys import one_thread
 
 # --8<-- [start:draft]
 DRAFT_CONFIG = GPTConfig(
@@ -77,7 +77,7 @@ def _acceptance(text_sha256: str, ks: tuple[int, ...], new_tokens: int) -> list[
     target, _ = trained_site_gpt()
     draft, _ = trained_draft_gpt()
     rows = []
-    with _one_thread():
+    with one_thread():
         for mode, temperature in (("greedy", 0.0), ("sampled", 1.0)):
             for k in ks:
                 forwards = drafted = accepted = 0

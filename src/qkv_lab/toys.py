@@ -26,7 +26,7 @@ from qkv_lab.remember import remembered
 
 
 @contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
     """Run torch's CPU operations on one thread inside the block, then restore the thread count.
 
     These tensors are a few thousand numbers: splitting an operation across threads costs more than it saves,
@@ -46,7 +46,7 @@ def _fit(
 ) -> nn.Module:
     """Adam on `batch_loss(model)` for `steps` steps, on one thread; the model comes back in eval mode."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    with _one_thread():
+    with one_thread():
         for _ in range(steps):
             loss = batch_loss(model)
             optimizer.zero_grad()
@@ -345,7 +345,7 @@ def train_max_token(pre_ln: bool, steps: int = 120, lr: float = 1e-2, seed: int 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed + 100)
     losses = []
-    with _one_thread():
+    with one_thread():
         for _ in range(steps):
             tokens, target = max_token_batch(generator)
             loss = F.cross_entropy(model(tokens).flatten(0, 1), target.flatten())

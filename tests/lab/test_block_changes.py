@@ -12,7 +12,7 @@ from qkv_lab import block_changes
 from qkv_lab.block_changes import CHANGES, START, flops_per_token, ladder, parameter_count, run
 from qkv_lab.gpt_training import SITE_CONFIG
 from qkv_lab.results import recorded
-from qkv_lab.toys import _one_thread
+from qkv_lab.toys import one_thread
 
 
 def test_each_rung_changes_only_its_own_options():
@@ -48,7 +48,7 @@ def test_flops_per_token_equal_torchs_flop_counter():
             config, context=16, softcap=1e6
         )  # a short window, to be quick
         ids = torch.zeros(1, computed.context, dtype=torch.long)
-        with _one_thread(), torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with one_thread(), torch.no_grad(), FlopCounterMode(display=False) as counter:
             GPT(computed)(ids)
         assert counter.get_total_flops() == flops_per_token(computed) * computed.context
 

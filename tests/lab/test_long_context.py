@@ -24,12 +24,7 @@ from qkv_lab.results import recorded
 EXACT = {"rtol": 1e-10, "atol": 1e-10}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see tests/conftest.py
 
 
 def random_model(config: GPTConfig, seed: int = 0) -> GPT:

@@ -39,13 +39,7 @@ HF_TOLERANCE = 2e-5  # transformers' float32 RoPE angles and RMSNorm (module doc
 EXACT = {"rtol": 1e-12, "atol": 1e-12}  # float64, the same formula computed in another order
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread, or a busy machine of two cores runs these tests ten times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see tests/conftest.py
 
 
 def tiny(**options) -> GPTConfig:

@@ -23,13 +23,7 @@ DRAWS = 1000
 CRITICAL = 37.70  # chi-square, 15 degrees of freedom, upper 0.001
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one thread, or a busy machine of two cores runs these tests many times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see tests/conftest.py
 
 
 def model(seed, vocab=11, width=16, layers=2, context=40, scale=1.0):
