@@ -20,7 +20,6 @@ from tests.browser.conftest import (
     shard_pages,
 )
 from tests.browser.visit import (
-    COLOURS,
     LAY_OUT_EVERYTHING,
     PHONE,
     SHOW_EVERY_CODE_BLOCK,
@@ -305,20 +304,29 @@ def test_code_blocks_are_set_up_when_they_come_on_screen(site: Site, browser: Br
     assert shown == blocks
 
 
-# Pygments' class for keywords and Material's variable for the text of a code block (between token spans).
+# Colours that fail contrast, each on a page where it would hide among many elements of one kind: a class of
+# code token, the text between tokens, the inline code of one parameter's description among 492 on the API
+# reference, one link among the archive's, the body text of one paragraph.
 FADED = {
-    "a token class": ".md-typeset .highlight .k { color: #dddddd !important; }",
-    "text between tokens": ".md-typeset { --md-code-fg-color: #dddddd; }",
+    "a token class": ("blog/masking/", ".md-typeset .highlight .k { color: #dddddd !important; }"),
+    "text between tokens": ("blog/masking/", ".md-typeset { --md-code-fg-color: #dddddd; }"),
+    "one description's code": (
+        "reference/",
+        ".doc-section-item:nth-child(2) .doc-md-description code { color: #dddddd !important; }",
+    ),
+    "one paragraph": ("blog/flash-attention/", "article p:nth-of-type(9) { color: #dddddd; }"),
+    "one heading's link": ("blog/", ".md-post:nth-of-type(3) h2 a { color: #eeeeee !important; }"),
 }
 
 
 @pytest.mark.parametrize("fault", FADED)
-def test_the_accessibility_scan_finds_faded_code(site: Site, browser: Browser, fault: str) -> None:
-    """The scan checks code by samples (`visit.scan`): a colour that fails contrast in any block is still found."""
+def test_the_accessibility_scan_finds_faded_text(site: Site, browser: Browser, fault: str) -> None:
+    """The colour rules check text by samples (`visit.scan`): a colour that fails anywhere is still found."""
+    path, css = FADED[fault]
     page = browser.new_page()
-    page.goto(site.url + "blog/masking/", wait_until="networkidle")
+    page.goto(site.url + path, wait_until="networkidle")
     lay_out_everything(page)
-    page.add_style_tag(content=FADED[fault])
-    found = scan(page, COLOURS)  # without the fault, the page has none (test_no_serious_...)
+    page.add_style_tag(content=css)
+    found = scan(page, colours_only=True)  # without the fault, none (test_no_serious_...)
     page.close()
     assert any(violation.startswith("color-contrast") for violation in found), found

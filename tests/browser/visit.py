@@ -2,8 +2,8 @@
 
 `visit()` opens the page in a fresh browser context (a cold cache, so the bytes counted are those of a first
 visit), waits for the network to settle, opens every fold and brings each code block on screen once, reads the
-facts the tests check from the DOM, runs an axe-core scan (and a colour-contrast scan in the dark scheme; code
-tokens by sample: see `scan`), then narrows the viewport to a phone's width and measures horizontal overflow.
+facts the tests check from the DOM, runs an axe-core scan (and the colour rules again in the dark scheme; text
+colours by sample: see `scan`), then narrows the viewport to a phone's width and measures horizontal overflow.
 """
 
 from __future__ import annotations
@@ -33,37 +33,55 @@ def lay_out_everything(page: Page) -> None:
 
 AXE = Axe()
 VIOLATIONS = {"resultTypes": ["violations"]}  # every rule
-COLOURS = {"runOnly": ["color-contrast", "link-in-text-block"], "resultTypes": ["violations"]}
+COLOUR_RULES = ("color-contrast", "link-in-text-block")
+COLOURS = {"runOnly": list(COLOUR_RULES), "resultTypes": ["violations"]}
+NOT_COLOURS = {"rules": {rule: {"enabled": False} for rule in COLOUR_RULES}, **VIOLATIONS}
 
-# A highlighted code block is hundreds of token spans, and axe's cost grows with the nodes it checks: the spans
-# took half of the 30 s that scanning the FlashAttention page took on 2026-11-26. The spans of one token class,
-# under a parent of one class, in one kind of block, share their colour and their background, as does the text
-# between spans, so axe leaves the code out but for samples: one span of each such kind, and for each kind of
-# block its shortest one whole (its own text). Every colour pairing a reader sees is still checked, in one scan
-# per scheme: axe tests a node when its nearest listed ancestor (itself included) is included, not excluded.
-MARK_CODE_SAMPLES = """() => {
-  const spans = new Set(), shortest = new Map();
-  for (const code of document.querySelectorAll("pre > code")) {
-    const block = code.parentElement.parentElement.className;
-    const count = code.querySelectorAll("span").length;
-    if (!shortest.has(block) || count < shortest.get(block).count) shortest.set(block, {code, count});
-    for (const span of code.querySelectorAll("span")) {
-      const key = `${span.className}|${span.parentElement.className}|${block}`;
-      if (!spans.has(key)) { spans.add(key); span.dataset.contrastSample = ""; }
-    }
+# axe's colour rules cost a few milliseconds for each element that holds text, and a page has thousands: the
+# API reference's 1,952 inline `code` elements made its two colour scans 18 of the 22 s its visit took, and
+# the token spans of the code blocks half of the FlashAttention article's. Two elements whose computed text
+# colour, size, weight, opacity, shadow and decoration agree, under ancestors whose text colours, backgrounds
+# and opacities agree, are drawn in the same colours on the same background (in the normal flow, which the
+# site's text is in), so the colour rules check one element of each such kind, by sample; every other rule
+# checks the whole page. Run again after a change of scheme: the kinds are those of the colours shown. Colours
+# are read at their end (Material's links would otherwise fade to a new colour for 125 ms).
+MARK_TEXT_SAMPLES = """() => {
+  if (!document.getElementById("qkv-no-transitions")) {
+    const style = document.head.appendChild(document.createElement("style"));
+    style.id = "qkv-no-transitions";
+    style.textContent = "*, ::before, ::after { transition: none !important; }";
   }
-  for (const {code} of shortest.values()) code.dataset.contrastSample = "";
+  const chains = new Map();
+  const chain = (el) => {
+    if (!el) return "";
+    if (!chains.has(el)) {
+      const s = getComputedStyle(el);
+      chains.set(el, `${s.color} ${s.backgroundColor} ${s.backgroundImage} ${s.opacity}/${chain(el.parentElement)}`);
+    }
+    return chains.get(el);
+  };
+  const kinds = new Set();
+  for (const el of document.querySelectorAll("[data-contrast-sample]")) delete el.dataset.contrastSample;
+  for (const el of document.body.querySelectorAll("*")) {
+    if (![...el.childNodes].some((node) => node.nodeType === Node.TEXT_NODE && node.data.trim())) continue;
+    const s = getComputedStyle(el);
+    const kind = [el.localName === "a", s.color, s.fontSize, s.fontWeight, s.opacity, s.textShadow,
+                  s.textDecorationLine, chain(el.parentElement)].join("|");
+    if (!kinds.has(kind)) { kinds.add(kind); el.dataset.contrastSample = ""; }
+  }
+  return kinds.size;
 }"""
-CODE_BY_SAMPLES = {
-    "include": [["html"], ["[data-contrast-sample]"]],
-    "exclude": [["pre > code:not([data-contrast-sample])"]],
-}
+TEXT_SAMPLES = {"include": [["[data-contrast-sample]"]]}
 
 
-def scan(page: Page, options: dict | None = None) -> list[str]:
-    """The serious axe violations on `page` (all rules, or `options`), code tokens checked by samples."""
-    page.evaluate(MARK_CODE_SAMPLES)
-    return _serious(AXE.run(page, context=CODE_BY_SAMPLES, options=options or VIOLATIONS))
+def scan(page: Page, colours_only: bool = False) -> list[str]:
+    """The serious axe violations on `page`: its text's colours by sample (above), then, unless
+    `colours_only`, every other rule on the whole page."""
+    page.evaluate(MARK_TEXT_SAMPLES)
+    found = _serious(AXE.run(page, context=TEXT_SAMPLES, options=COLOURS))
+    if not colours_only:
+        found += _serious(AXE.run(page, options=NOT_COLOURS))
+    return found
 
 
 # Every formula typeset: each `.arithmatex` holds MathJax output, and no TeX delimiter is left in the text
@@ -223,7 +241,7 @@ def visit(browser: Browser, base_url: str, path: str) -> Visit:
         # system until the reader picks one): colour contrast again.
         page.emulate_media(color_scheme="dark")
         page.wait_for_function("() => document.body.dataset.mdColorScheme === 'slate'")
-        record.violations += [f"dark: {v}" for v in scan(page, COLOURS)]
+        record.violations += [f"dark: {v}" for v in scan(page, colours_only=True)]
         page.set_viewport_size(PHONE)
         overflow = page.evaluate(OVERFLOW)
         record.phone_overflow, record.phone_widest = overflow["excess"], overflow["widest"]
