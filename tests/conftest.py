@@ -26,3 +26,15 @@ def one_thread():
     (`qkv_lab.toys.one_thread`). A module asks for it with `pytestmark = pytest.mark.usefixtures(...)`."""
     with _single_thread():
         yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `pytest -n 2 --dist loadgroup` (nox), each article's blocks run on one worker, in page order.
+
+    Blocks of one article read the same trained toys (`qkv_lab.remember`): on two workers, the second would
+    wait for the first to train (30 s of an idle core for the serving article's draft model, 2026-11-26).
+    """
+    for item in items:
+        if item.path.suffix == ".md":
+            item.add_marker(pytest.mark.xdist_group(f"article-{item.path.stem}"))
