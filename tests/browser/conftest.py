@@ -7,8 +7,8 @@ test that needs it waits for it (`site`). If the port is taken, the site is buil
 Under `pytest -n 2 --dist loadgroup` (as `nox -s tests` runs), the reader's run (`test_reader.py`,
 `test_install.py`) is one group, kept to one worker; the pages are visited in `SHARDS` shards, each a group
 of its own, so that both workers visit pages; every other browser test goes to whichever worker is free.
-Each worker shares one headless Chromium (Debian's `chromium`) among its tests; each page is visited in its
-own context by `visit.visit`, and the tests read the records.
+Each worker shares one headless Chromium (Debian's `chromium`) among its tests; a shard's pages are visited
+one after another in one tab (`visit.visitor`, `visit.visit`), and the tests read the records.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pytest
 import yaml
 from playwright.sync_api import Browser, sync_playwright
 
-from tests.browser.visit import Visit, visit
+from tests.browser.visit import Visit, visit, visitor
 from tests.site.build import LOCAL_PORT, LOCAL_URL, ROOT, build_site, serve, site_folder
 
 HERE = Path(__file__).parent
@@ -195,9 +195,10 @@ def browser() -> Iterator[Browser]:
 def visits(request: pytest.FixtureRequest, site: Site, browser: Browser) -> list[Visit]:
     """The pages of one shard (`request.param`) of the site, each visited once."""
     records = []
-    for page in shard_pages(site, request.param):
-        _visits[page] = visit(browser, site.url, page)
-        records.append(_visits[page])
+    with visitor(browser, site.url) as tab:
+        for page in shard_pages(site, request.param):
+            _visits[page] = visit(tab, site.url, page)
+            records.append(_visits[page])
     return records
 
 
