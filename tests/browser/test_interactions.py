@@ -9,12 +9,12 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from tests.browser.conftest import Site, posts
-from tests.browser.visit import MATH_DONE, MATH_STATE, MATH_TIMEOUT_MS, PHONE
+from tests.browser.visit import DESKTOP, MATH_DONE, MATH_STATE, MATH_TIMEOUT_MS, PHONE
 
 
 @pytest.fixture
 def page(browser: Browser, site: Site) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="light")
+    context = browser.new_context(viewport=DESKTOP, color_scheme="light")
     page = context.new_page()
     page.goto(site.url, wait_until="networkidle")
     yield page
@@ -48,7 +48,7 @@ def test_search_finds_the_articles(page: Page, word: str) -> None:
 @pytest.mark.parametrize(
     ("viewport", "opener"),
     [
-        ({"width": 1280, "height": 800}, ".md-search__input"),
+        (DESKTOP, ".md-search__input"),
         (PHONE, 'label.md-header__button[for="__search"]'),
     ],
     ids=["desktop", "phone"],

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from playwright.sync_api import Browser, ConsoleMessage, Error, Page
+from playwright.sync_api import Browser, Page
 
 import qkv
 from qkv.kernels.tiles import classify_tiles
@@ -22,11 +22,13 @@ from tests.browser.conftest import Site
 from tests.browser.visit import (
     AXE,
     COLOURS,
+    DESKTOP,
     OVERFLOW,
     PHONE,
     VIOLATIONS,
     _serious,
     lay_out_everything,
+    listening,
 )
 from tests.site.build import ROOT
 
@@ -44,9 +46,6 @@ WIDGETS = {
 }
 # What each convention of the mask builder writes in a cell where the query may attend, and where it may not.
 SYMBOLS = {"sdpa": ("T", "F"), "mha": ("F", "T"), "inf": ("0", "\u2212\u221e"), "min": ("0", "min")}
-
-
-DESKTOP = {"width": 1280, "height": 800}
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +66,13 @@ def page(tab: Page) -> Iterator[Page]:
     tab.set_viewport_size(DESKTOP)
     tab.emulate_media(color_scheme="light")
     errors: list[str] = []
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            errors.append(message.text)
-
-    def on_error(error: Error) -> None:
-        errors.append(str(error))
-
-    tab.on("console", on_console)
-    tab.on("pageerror", on_error)
-    yield tab
-    tab.goto("about:blank")  # what the page still had to say is said before its errors are read
-    tab.remove_listener("console", on_console)
-    tab.remove_listener("pageerror", on_error)
+    listeners = {
+        "console": lambda message: message.type == "error" and errors.append(message.text),
+        "pageerror": lambda error: errors.append(str(error)),
+    }
+    with listening(tab, listeners):
+        yield tab
+        tab.goto("about:blank")  # what the page still had to say is said before its errors are read
     assert not errors, f"console errors: {errors}"
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from axe_playwright_python.base import AxeResults
@@ -245,17 +246,26 @@ def visit(tab: Page, base_url: str, path: str) -> Visit:
     }
     tab.set_viewport_size(DESKTOP)
     tab.emulate_media(color_scheme="light")
-    for event, listener in listeners.items():
-        tab.on(event, listener)
     try:
-        _record(tab, base_url + path, record, finished)
+        with listening(tab, listeners):
+            _record(tab, base_url + path, record, finished)
     finally:
-        for event, listener in listeners.items():
-            tab.remove_listener(event, listener)
         with contextlib.suppress(PlaywrightError):
             tab.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
         tab.goto("about:blank")
     return record
+
+
+@contextlib.contextmanager
+def listening(tab: Page, listeners: dict[str, Callable[[Any], object]]) -> Iterator[None]:
+    """`listeners` (event name -> handler) on `tab` for the block only: the tab outlives the visit or test."""
+    for event, listener in listeners.items():
+        tab.on(event, listener)
+    try:
+        yield
+    finally:
+        for event, listener in listeners.items():
+            tab.remove_listener(event, listener)
 
 
 def _record(page: Page, url: str, record: Visit, finished: list[Request]) -> None:
