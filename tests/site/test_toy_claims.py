@@ -76,7 +76,9 @@ def test_a_run_that_breaks_a_claim_fails(monkeypatch):
     """The check can fail: one seed of one kernel set that learned less breaks the article's bounds."""
     run = recorded("cpu-kernels")["runs"]["avx512"]
     worse = {**run, "induction": [{**run["induction"][0], "accuracy": 0.5}, *run["induction"][1:]]}
-    monkeypatch.setattr(qkv_lab.toys, "measure_induction", recorded_trainer("measure_induction", worse))
+    monkeypatch.setattr(
+        qkv_lab.toys, "measure_induction", recorded_trainer("measure_induction", worse)
+    )
     (source, *_) = trainer_blocks("multi-head-attention", "measure_induction")
     with contextlib.redirect_stdout(io.StringIO()), pytest.raises(AssertionError):
         exec(compile(source, "multi-head-attention.md", "exec"), {"__name__": "article_block"})
