@@ -108,15 +108,9 @@ def _recurrent(
     outs = []
     # --8<-- [start:recurrent]
     for t in range(q.size(-2)):
-        q_t, k_t, v_t = (
-            q[..., t, :],
-            k[..., t, :],
-            v[..., t, :],
-        )  # (B, Hv, Dk), (B, Hv, Dk), (B, Hv, Dv)
-        decay_t, beta_t = (
-            g[..., t, None, None].exp(),
-            beta[..., t, None],
-        )  # (B, Hv, 1, 1), (B, Hv, 1)
+        q_t, k_t, v_t = q[..., t, :], k[..., t, :], v[..., t, :]  # (B, Hv, Dk), v_t (B, Hv, Dv)
+        decay_t = g[..., t, None, None].exp()  # exp(g_t), (B, Hv, 1, 1)
+        beta_t = beta[..., t, None]  # (B, Hv, 1)
         state = decay_t * state  # S = exp(g_t) S_{t-1}: forget a little
         recalled = torch.einsum("...k,...kv->...v", k_t, state)  # S^T k_t: what S holds for k_t
         error = beta_t * (v_t - recalled)  # write the error, not the value

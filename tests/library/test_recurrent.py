@@ -29,6 +29,11 @@ SHAPES = [
 ]
 
 
+def ids(table):
+    """Test ids for a table of malformed inputs: the argument and the message expected."""
+    return [f"{name}: {match}" for name, _, _, match in table]
+
+
 def inputs(b, h, hv, n, dk, dv, *, seed=0, dtype=torch.float64):
     """Random q, k (unit norm, as the models make them), v, g <= 0, beta in [0, 1], and a state."""
     generator = torch.Generator().manual_seed(seed)
@@ -228,7 +233,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("name", "value", "error", "match"), BAD, ids=lambda x: str(x)[:30])
+@pytest.mark.parametrize(("name", "value", "error", "match"), BAD, ids=ids(BAD))
 def test_malformed_input_is_refused_naming_the_argument(name, value, error, match):
     with pytest.raises(error, match=match):
         qkv.gated_delta_rule(**spoil(name, value))
