@@ -12,6 +12,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 from transformers.models.qwen3_next import modeling_qwen3_next as qwen3_next
 
 import qkv
@@ -95,6 +97,28 @@ def test_chunked_form_equals_transformers(shape, chunk_size):
 @pytest.mark.parametrize("chunk_size", [1, 2, 5, 8, 40])
 def test_chunked_equals_recurrent_in_float64(shape, chunk_size):
     x, state = inputs(*shape, seed=2)
+    recurrent = qkv.gated_delta_rule(**x, initial_state=state, output_final_state=True)
+    chunked = qkv.gated_delta_rule(
+        **x, chunk_size=chunk_size, initial_state=state, output_final_state=True
+    )
+    torch.testing.assert_close(chunked, recurrent, **EXACT)
+
+
+@given(
+    batch=st.integers(1, 2),
+    heads=st.integers(1, 2),
+    groups=st.integers(1, 3),
+    length=st.integers(0, 12),
+    key_dim=st.integers(1, 6),
+    value_dim=st.integers(1, 5),
+    chunk_size=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_chunked_equals_recurrent_on_any_shape(
+    batch, heads, groups, length, key_dim, value_dim, chunk_size, seed
+):
+    shape = (batch, heads, heads * groups, length, key_dim, value_dim)
+    x, state = inputs(*shape, seed=seed)
     recurrent = qkv.gated_delta_rule(**x, initial_state=state, output_final_state=True)
     chunked = qkv.gated_delta_rule(
         **x, chunk_size=chunk_size, initial_state=state, output_final_state=True

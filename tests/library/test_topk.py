@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from transformers import DeepseekV32Config
 from transformers.models.deepseek_v32.modeling_deepseek_v32 import DeepseekV32Indexer
 
@@ -209,6 +211,29 @@ def test_topk_attention_equals_dense_attention_under_its_mask(case):
     torch.testing.assert_close(out, expected, **EXACT)
     ours = qkv.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     torch.testing.assert_close(out, ours, **EXACT)
+
+
+@given(
+    batch=st.integers(1, 2),
+    key_heads=st.integers(1, 2),
+    groups=st.integers(1, 3),
+    length=st.integers(0, 6),
+    num_keys=st.integers(1, 7),
+    slots=st.integers(0, 8),
+    empty=st.sampled_from([0.0, 0.4, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_topk_attention_equals_dense_attention_on_any_shape(
+    batch, key_heads, groups, length, num_keys, slots, empty, seed
+):
+    torch.manual_seed(seed)
+    q = randn(batch, key_heads * groups, length, 4)
+    k, v = randn(batch, key_heads, num_keys, 4), randn(batch, key_heads, num_keys, 3)
+    indices = random_indices(batch, length, num_keys, min(slots, num_keys), empty=empty, seed=seed)
+    if slots > num_keys:  # more slots than keys: the rest are empty
+        indices = torch.cat([indices, torch.full((batch, length, slots - num_keys), -1)], dim=-1)
+    expected = reference_attention(q, k, v, attn_mask=mask_of(indices, num_keys), enable_gqa=True)
+    torch.testing.assert_close(qkv.topk_attention(q, k, v, indices), expected, **EXACT)
 
 
 def test_a_query_with_no_key_gives_zeros():
