@@ -12,7 +12,7 @@ ICLR 2025), which the linear layers of Qwen3-Next and Kimi Linear use, first let
     o_t = S_t^T (scale q_t)                                   read with the query
 
 `gated_delta_rule` runs this token by token, or chunk by chunk: inside a chunk the writes are solved at once
-with a triangular system (the UT transform of the WY representation, Yang et al., 2024), across chunks the
+with a triangular system (the UT transform of the WY representation; Yang et al., NeurIPS 2024), across chunks the
 state carries on. Both give the same result.
 """
 
@@ -105,8 +105,8 @@ def _recurrent(
 ) -> tuple[Tensor, Tensor]:
     """The gated delta rule token by token: q, k `(B, Hv, N, Dk)` (q scaled), v `(B, Hv, N, Dv)`, g, beta
     `(B, Hv, N)`, state `(B, Hv, Dk, Dv)`; returns `(out (B, Hv, N, Dv), state)`."""
-    outs = []
     # --8<-- [start:recurrent]
+    outs = []
     for t in range(q.size(-2)):
         q_t, k_t, v_t = q[..., t, :], k[..., t, :], v[..., t, :]  # (B, Hv, Dk), v_t (B, Hv, Dv)
         decay_t = g[..., t, None, None].exp()  # exp(g_t), (B, Hv, 1, 1)
@@ -139,19 +139,20 @@ def _chunked(
     # (B, Hv, N, D) -> (B, Hv, chunks, C, D) and (B, Hv, N) -> (B, Hv, chunks, C)
     q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(-2, (chunks, chunk_size)) for x in (q, k, v))
     g, beta = (F.pad(x, (0, pad)).unflatten(-1, (chunks, chunk_size)) for x in (g, beta))
-    earlier_or_same = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
     # --8<-- [start:chunked]
+    earlier_or_same = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
     gamma = g.cumsum(dim=-1)  # log decay from the chunk's start to token i, (B, Hv, chunks, C)
     gaps = gamma[..., :, None] - gamma[..., None, :]  # gamma_i - gamma_j, (B, Hv, chunks, C, C)
     decays = gaps.masked_fill(~earlier_or_same, -math.inf).exp()  # D_ij, 0 above the diagonal
 
     # the writes of a chunk at once: (I + A) U = beta V - beta exp(gamma) K S_0 (the UT transform)
     a = (beta[..., None] * (k @ k.transpose(-2, -1)) * decays).tril(-1)  # A_ij, j < i, (.., C, C)
-    system = (
-        torch.eye(chunk_size, dtype=q.dtype, device=q.device) + a
-    )  # I + A: unit lower triangular
-    written_if_empty = _solve(system, beta[..., None] * v)  # U for S_0 = 0, (B, Hv, chunks, C, Dv)
-    correcting = _solve(system, beta[..., None] * gamma.exp()[..., None] * k)  # (.., C, Dk)
+    eye = torch.eye(chunk_size, dtype=q.dtype, device=q.device)
+    system = eye + a  # I + A: unit lower triangular
+    right = torch.cat([beta[..., None] * v, beta[..., None] * gamma.exp()[..., None] * k], dim=-1)
+    solved = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)
+    # U = written_if_empty - correcting S_0: what an empty state would take, and how S_0 changes it
+    written_if_empty, correcting = solved.split([v.size(-1), k.size(-1)], dim=-1)
     within = (q @ k.transpose(-2, -1)) * decays  # (Q K^T * D), (B, Hv, chunks, C, C)
 
     outs = []
@@ -165,11 +166,6 @@ def _chunked(
     # --8<-- [end:chunked]
     out = torch.stack(outs, dim=2) if outs else v  # (B, Hv, chunks, C, Dv)
     return out.flatten(2, 3)[:, :, :length], state  # (B, Hv, N, Dv)
-
-
-def _solve(system: Tensor, rhs: Tensor) -> Tensor:
-    """`system^-1 rhs` for a unit lower-triangular `system (..., C, C)` and `rhs (..., C, D)`."""
-    return torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
 
 
 def _check_inputs(
