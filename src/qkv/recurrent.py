@@ -1,19 +1,19 @@
 """Attention as a recurrence: the gated delta rule, token by token and chunk by chunk.
 
 Linear attention keeps a state `S` of fixed size `(Dk, Dv)` instead of a growing cache of keys and values,
-writes each token into it and reads each query from it. The delta rule (Schlag et al., 2021) writes the
+writes each token into it and reads each query from it. The delta rule (Schlag et al., ICML 2021) writes the
 error, not the value: it first asks the state what it recalls for the key, `S^T k`, then writes only the
 difference from the value, scaled by a learning rate `beta`. The gated delta rule (Yang, Kautz & Hatamizadeh,
 ICLR 2025), which the linear layers of Qwen3-Next and Kimi Linear use, first lets the state decay by
 `exp(g) <= 1`:
 
-    S_t = exp(g_t) S_{t-1}                                  forget a little
-    S_t = S_t + beta_t k_t (v_t - S_t^T k_t)^T                write the error, not the value
-    o_t = S_t^T (scale q_t)                                   read with the query
+    S'  = exp(g_t) S_{t-1}                        forget a little
+    S_t = S' + beta_t k_t (v_t - S'^T k_t)^T      write the error, not the value
+    o_t = S_t^T (scale q_t)                       read with the query
 
 `gated_delta_rule` runs this token by token, or chunk by chunk: inside a chunk the writes are solved at once
-with a triangular system (the UT transform of the WY representation; Yang et al., NeurIPS 2024), across chunks the
-state carries on. Both give the same result.
+with a triangular system (the UT transform of the WY representation; Yang et al., NeurIPS 2024), and across
+chunks the state carries on. Both give the same result.
 """
 
 import math
@@ -44,10 +44,10 @@ def gated_delta_rule(
     scale: float | None = None,
     output_final_state: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Linear attention with the gated delta rule: `S_t = exp(g_t) S_{t-1}`, then write `beta_t` times the error.
+    """Linear attention with the gated delta rule: decay the state by `exp(g_t)`, then write the error.
 
     Per value head and token `t` (state `S` of shape `(Dk, Dv)`):
-    `S = exp(g_t) S_{t-1}`; `S_t = S + beta_t k_t (v_t - S^T k_t)^T`; `o_t = S_t^T (scale q_t)`.
+    `S' = exp(g_t) S_{t-1}`; `S_t = S' + beta_t k_t (v_t - S'^T k_t)^T`; `o_t = S_t^T (scale q_t)`.
     Each query/key head serves `Hv / H` consecutive value heads (head `j` of `v` reads head `j // (Hv / H)` of
     `q` and `k`), as in Qwen3-Next. The models L2-normalise `q` and `k` first (`F.normalize(k, dim=-1)`); with
     `|k| = 1` and `beta` in [0, 1] the write never amplifies the state.
@@ -111,10 +111,10 @@ def _recurrent(
         q_t, k_t, v_t = q[..., t, :], k[..., t, :], v[..., t, :]  # (B, Hv, Dk), v_t (B, Hv, Dv)
         decay_t = g[..., t, None, None].exp()  # exp(g_t), (B, Hv, 1, 1)
         beta_t = beta[..., t, None]  # (B, Hv, 1)
-        state = decay_t * state  # S = exp(g_t) S_{t-1}: forget a little
-        recalled = torch.einsum("...k,...kv->...v", k_t, state)  # S^T k_t: what S holds for k_t
+        state = decay_t * state  # S' = exp(g_t) S_{t-1}: forget a little
+        recalled = torch.einsum("...k,...kv->...v", k_t, state)  # S'^T k_t: what S' holds for k_t
         error = beta_t * (v_t - recalled)  # write the error, not the value
-        state = state + torch.einsum("...k,...v->...kv", k_t, error)  # S_t = S + k_t error^T
+        state = state + torch.einsum("...k,...v->...kv", k_t, error)  # S_t = S' + k_t error^T
         outs.append(torch.einsum("...k,...kv->...v", q_t, state))  # o_t = S_t^T q_t
     # --8<-- [end:recurrent]
     out = torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)  # (B, Hv, N, Dv)
