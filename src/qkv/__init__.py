@@ -36,8 +36,10 @@ from qkv.mla import MultiHeadLatentAttention
 from qkv.multihead import MultiHeadAttention
 from qkv.paged import PagedKVCache, paged_attention
 from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
+from qkv.recurrent import gated_delta_rule
 from qkv.rope_scaling import rope_frequencies
 from qkv.speculative import SpeculativeStats, speculative_generate
+from qkv.topk import indexer_scores, topk_attention, topk_indices, topk_mask
 
 __all__ = [
     "GPT",
@@ -68,7 +70,9 @@ __all__ = [
     "flash_attention",
     "flash_attention_varlen",
     "flex_attention",
+    "gated_delta_rule",
     "generate",
+    "indexer_scores",
     "keep_to_additive",
     "keep_to_key_padding",
     "key_padding_to_keep",
@@ -90,4 +94,7 @@ __all__ = [
     "sparse_mask",
     "speculative_generate",
     "streaming_window",
+    "topk_attention",
+    "topk_indices",
+    "topk_mask",
 ]
