@@ -29,7 +29,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from qkv._checks import check_bool, check_scale, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_bool,
+    check_same_dtype_and_device,
+    check_scale,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 from qkv.functional import safe_softmax
 
 MaskFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -143,8 +150,8 @@ def flex_attention(
     Raises:
         TypeError: a non-tensor, a `block_mask` that is not a `BlockMask`, a `score_mod` not callable or
             returning anything but floating-point scores, `enable_gqa` not a bool.
-        ValueError: shapes that disagree (named with the shapes), a `block_mask` made for other sizes or
-            on another device than `q`, a `score_mod` that changes the shape of the scores.
+        ValueError: shapes that disagree (named with the shapes), tensors on different devices, a
+            `block_mask` made for other sizes or on another device than `q`, a `score_mod` that changes the shape of the scores.
     """
     _check_inputs(q, k, v, enable_gqa)
     check_scale(scale)
@@ -266,10 +273,7 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, enable_gqa: bool) -> None:
         if x.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N, D), got {shape(x)}")
     shapes = f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
-    if not q.dtype == k.dtype == v.dtype or not q.device == k.device == v.device:
-        raise TypeError(
-            f"q, k and v must share a dtype and a device: {q.dtype}, {k.dtype}, {v.dtype}"
-        )
+    check_same_dtype_and_device(q=q, k=k, v=v)
     if not q.size(0) == k.size(0) == v.size(0):
         raise ValueError(f"q, k and v disagree on the batch size B: {shapes}")
     if q.size(3) != k.size(3):
