@@ -133,6 +133,9 @@ class PagedKVCache:
         dtype: of the pool.
         device: of the pool.
 
+    Raises:
+        TypeError, ValueError: a size that is not a positive int, a `dtype` that is not floating point.
+
     Attributes:
         key_pages: `(num_pages, kv_heads, page_size, D)`; `value_pages` likewise with Dv.
         references: int `(num_pages,)`: how many sequences read each page (0: free).
@@ -243,8 +246,8 @@ class PagedKVCache:
         return self._lengths[sequence]
 
     def batch(self, sequences: list) -> tuple[Tensor, Tensor]:
-        """`(block_tables, lengths)` of `sequences` for `paged_attention`: `(B, max_pages)` (padded with 0),
-        `(B,)`."""
+        """`(block_tables, lengths)` of `sequences` (a list) for `paged_attention`: `(B, max_pages)` (padded
+        with 0), `(B,)`."""
         if not isinstance(sequences, list | tuple):
             raise TypeError(
                 f"sequences must be a list of sequences, got {type(sequences).__name__}"
