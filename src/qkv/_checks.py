@@ -1,5 +1,6 @@
 """Input validation shared by the public functions: one place, messages that name arguments and shapes."""
 
+import math
 from itertools import pairwise
 from numbers import Real
 
@@ -20,6 +21,25 @@ def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if x.dim() < min_dim:
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {shape(x)}")
+
+
+def check_integer_tensor(name: str, x: object, device: torch.device | None = None) -> None:
+    """Raise unless `x` is a tensor of an integer dtype (not bool), on `device` when one is given."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
+    if device is not None and x.device != device:
+        raise ValueError(f"{name} is on {x.device} but must be on {device}")
+
+
+def check_number(name: str, value: object, above: float = -math.inf) -> None:
+    """Raise unless `value` is a finite real number (not a bool) greater than `above`."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and value > above):
+        bound = "" if above == -math.inf else f" above {above}"
+        raise ValueError(f"{name} must be a finite number{bound}, got {value}")
 
 
 def check_bool(name: str, flag: object) -> None:
@@ -178,9 +198,11 @@ def check_attention_inputs(
 
 
 def check_scale(scale: object) -> None:
-    """Raise unless `scale` is None or a real number (a Python or NumPy int or float, not a bool)."""
+    """Raise unless `scale` is None or a finite real number (a Python or NumPy int or float, not a bool)."""
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
         raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    if scale is not None and not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
 
 
 def check_probability(name: str, p: object) -> None:

@@ -29,7 +29,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from qkv._checks import check_scale, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_bool,
+    check_same_dtype_and_device,
+    check_scale,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 from qkv.functional import safe_softmax
 
 MaskFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -92,7 +99,8 @@ def block_mask(
         The `BlockMask`.
 
     Raises:
-        TypeError: `mask_fn` not callable, or returning something other than a bool tensor; a size not an int.
+        TypeError: `mask_fn` not callable, using Python's `and`/`or`/`if` on the indices, or returning
+            something other than a bool tensor; a size not an int.
         ValueError: a size below 1; `mask_fn` returning a shape that does not broadcast to `(B, H, L, S)`.
     """
     if not callable(mask_fn):
@@ -132,7 +140,7 @@ def flex_attention(
         k: `(B, H_kv, S, D)`; H_kv = H, or with `enable_gqa` any divisor of H.
         v: `(B, H_kv, S, D_v)`.
         score_mod: `score_mod(score, b, h, q_idx, kv_idx)` -> the new scores, of the shape of `score`.
-        block_mask: from `block_mask(mask_fn, B or None, H or None, L, S)`.
+        block_mask: from `block_mask(mask_fn, B or None, H or None, L, S)`, on q's device.
         scale: multiplies `q k^T`; `1 / sqrt(D)` when None.
         enable_gqa: let H_kv divide H, each key-value head serving `H / H_kv` query heads.
 
@@ -140,12 +148,15 @@ def flex_attention(
         `(B, H, L, D_v)`, in `q`'s dtype (computed in float32 at least).
 
     Raises:
-        TypeError: a non-tensor, a `block_mask` that is not a `BlockMask`, a `score_mod` not callable.
-        ValueError: shapes that disagree (named with the shapes), a `block_mask` made for other sizes, a
-            `score_mod` that changes the shape of the scores.
+        TypeError: a non-tensor, a `block_mask` that is not a `BlockMask`, a `score_mod` not callable or
+            returning anything but floating-point scores, `enable_gqa` not a bool.
+        ValueError: shapes that disagree (named with the shapes), tensors on different devices, a
+            `block_mask` made for other sizes or on another device than `q`, a `score_mod` that changes the shape of the scores.
     """
     _check_inputs(q, k, v, enable_gqa)
     check_scale(scale)
+    if score_mod is not None and not callable(score_mod):
+        raise TypeError(f"score_mod must be a function, got {score_mod!r}")
     batch, heads, seqlen_q, dim = q.shape
     seqlen_k = k.size(2)
     if enable_gqa:
@@ -159,26 +170,34 @@ def flex_attention(
     scores = q.to(dtype) @ k.to(dtype).transpose(-2, -1) * scale  # (B, H, L, S)
     b, h, q_idx, kv_idx = _indices(batch, heads, seqlen_q, seqlen_k, q.device)
     if score_mod is not None:
-        if not callable(score_mod):
-            raise TypeError(f"score_mod must be a function, got {score_mod!r}")
-        modified = score_mod(scores, b, h, q_idx, kv_idx)
-        if not isinstance(modified, Tensor) or modified.shape != scores.shape:
-            got = shape(modified) if isinstance(modified, Tensor) else type(modified).__name__
+        modified = _called("score_mod", score_mod, scores, b, h, q_idx, kv_idx)
+        if not isinstance(modified, Tensor):
+            raise TypeError(f"score_mod must return a tensor, got {type(modified).__name__}")
+        if not modified.is_floating_point():
+            raise TypeError(f"score_mod must return floating-point scores, got {modified.dtype}")
+        if modified.shape != scores.shape:
             raise ValueError(
-                f"score_mod must return scores of the shape it was given, {shape(scores)}, got {got}"
+                f"score_mod must return scores of the shape it was given, {shape(scores)}, "
+                f"got {shape(modified)}"
             )
         scores = modified.to(dtype)
     if block_mask is not None:
-        keep = _kept(block_mask, batch, heads, seqlen_q, seqlen_k).to(scores.device)
+        keep = _kept(block_mask, batch, heads, seqlen_q, seqlen_k, q.device)
         scores = scores.masked_fill(~keep, -math.inf)
     weights = safe_softmax(scores)  # (B, H, L, S); zeros for a row that keeps no key
     return (weights @ v.to(dtype)).to(q.dtype)  # (B, H, L, D_v)
 
 
-def _kept(mask: BlockMask, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> Tensor:
+def _kept(
+    mask: BlockMask, batch: int, heads: int, seqlen_q: int, seqlen_k: int, device: torch.device
+) -> Tensor:
     """bool `(B, H, L, S)`: the pairs that `mask` keeps, its function asked inside partial tiles only."""
     if not isinstance(mask, BlockMask):
         raise TypeError(f"block_mask must be a qkv.flex.BlockMask, got {type(mask).__name__}")
+    if mask.kinds.device != device:
+        raise ValueError(
+            f"block_mask was made on {mask.kinds.device} but q is on {device}: pass device= to block_mask"
+        )
     mask_b, mask_h = mask.kinds.shape[:2]
     if (
         (mask.seqlen_q, mask.seqlen_k) != (seqlen_q, seqlen_k)
@@ -208,7 +227,7 @@ def _evaluate_mask(
     mask_fn: MaskFn, batch: int, heads: int, seqlen_q: int, seqlen_k: int, device
 ) -> Tensor:
     """`mask_fn` on the broadcasting index tensors, checked, as bool `(B, H, L, S)`."""
-    keep = mask_fn(*_indices(batch, heads, seqlen_q, seqlen_k, device))
+    keep = _called("mask_fn", mask_fn, *_indices(batch, heads, seqlen_q, seqlen_k, device))
     scores = (batch, heads, seqlen_q, seqlen_k)
     if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
         got = f"dtype {keep.dtype}" if isinstance(keep, Tensor) else type(keep).__name__
@@ -224,6 +243,19 @@ def _evaluate_mask(
         ) from None
 
 
+def _called(name: str, fn: Callable, *args: Tensor) -> object:
+    """`fn(*args)`; the error torch raises when `fn` uses Python's `and`, `or` or `if` on a tensor, named."""
+    try:
+        return fn(*args)
+    except RuntimeError as error:
+        if "Boolean value of Tensor" not in str(error):
+            raise
+        raise TypeError(
+            f"{name} is called once on index tensors, so it cannot use Python's and, or, if or not "
+            f"on them: combine with &, | and torch.where ({error})"
+        ) from error
+
+
 def _indices(batch: int, heads: int, seqlen_q: int, seqlen_k: int, device) -> tuple[Tensor, ...]:
     """`b (B,1,1,1)`, `h (1,H,1,1)`, `q_idx (1,1,L,1)`, `kv_idx (1,1,1,S)`: int64 indices that broadcast."""
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
@@ -235,15 +267,13 @@ def _indices(batch: int, heads: int, seqlen_q: int, seqlen_k: int, device) -> tu
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, enable_gqa: bool) -> None:
     """Raise, naming the argument and the shapes, unless q, k, v are `(B, H, L, D)`, `(B, H_kv, S, D)` twice."""
+    check_bool("enable_gqa", enable_gqa)
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, x)
         if x.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N, D), got {shape(x)}")
     shapes = f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
-    if not q.dtype == k.dtype == v.dtype or not q.device == k.device == v.device:
-        raise TypeError(
-            f"q, k and v must share a dtype and a device: {q.dtype}, {k.dtype}, {v.dtype}"
-        )
+    check_same_dtype_and_device(q=q, k=k, v=v)
     if not q.size(0) == k.size(0) == v.size(0):
         raise ValueError(f"q, k and v disagree on the batch size B: {shapes}")
     if q.size(3) != k.size(3):

@@ -20,14 +20,13 @@ import dataclasses
 import math
 import re
 from collections.abc import Sequence
-from numbers import Real
 from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv._checks import check_bool, check_sizes, check_tensor, shape
+from qkv._checks import check_bool, check_number, check_sizes, check_tensor, shape
 from qkv.cache import KVCache
 from qkv.dispatch import _attention
 from qkv.masks import Mask
@@ -140,16 +139,16 @@ class GPTConfig:
             raise ValueError(
                 f"RoPE turns channels in pairs: the head size width // heads = {self.head_dim} must be even"
             )
-        _check_number("rope_base", self.rope_base, above=1.0)
+        check_number("rope_base", self.rope_base, above=1.0)
         if self.rope_scaling is not None:
             if self.positions != "rope":
                 raise ValueError(
                     f"rope_scaling needs positions='rope', got positions={self.positions!r}"
                 )
             rope_frequencies(self.head_dim, base=self.rope_base, scaling=self.rope_scaling)
-        _check_number("norm_eps", self.norm_eps, above=0.0)
+        check_number("norm_eps", self.norm_eps, above=0.0)
         if self.softcap is not None:
-            _check_number("softcap", self.softcap, above=0.0)
+            check_number("softcap", self.softcap, above=0.0)
         check_bool("qk_norm", self.qk_norm)
         check_bool("bias", self.bias)
         check_bool("sinks", self.sinks)
@@ -159,14 +158,6 @@ class GPTConfig:
     def head_dim(self) -> int:
         """D, the features of each head: `width // heads`."""
         return self.width // self.heads
-
-
-def _check_number(name: str, value: object, above: float) -> None:
-    """Raise unless `value` is a finite real number greater than `above`."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > above):
-        raise ValueError(f"{name} must be a finite number above {above}, got {value}")
 
 
 def _norm(config: GPTConfig, size: int) -> nn.Module:
@@ -343,7 +334,7 @@ class GPT(nn.Module):
         """The logits of the token after each of `ids`.
 
         Args:
-            ids: `(B, L)` integer token ids in `[0, vocab_size)`, on the model's device.
+            ids: `(B, L)` int64 or int32 token ids in `[0, vocab_size)`, on the model's device.
             cache: None, or `new_cache()`'s list, which holds the tokens before `ids` and grows by them: pass
                 the prompt, then one token at a time, and the logits are those of one pass over it all.
 
@@ -351,7 +342,8 @@ class GPT(nn.Module):
             `(B, L, vocab_size)` logits, in the model's dtype.
 
         Raises:
-            TypeError: `ids` not an integer tensor, a cache that is not a list of `KVCache`.
+            TypeError: `ids` not an int64 or int32 tensor (uint8 bytes too: convert them with `ids.long()`),
+                a cache that is not a list of `KVCache`.
             ValueError: `ids` not `(B, L)` with `B, L >= 1`, an id outside `[0, vocab_size)`, ids on another
                 device, a cache of the wrong length or batch, or more positions (cached and new) than the
                 model's `context`.
@@ -385,6 +377,11 @@ class GPT(nn.Module):
             raise TypeError(f"ids must be a torch.Tensor, got {type(ids).__name__}")
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
             raise TypeError(f"ids must be an integer tensor, got dtype {ids.dtype}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(
+                f"ids must be int64 or int32 (the embedding's index dtypes), got dtype {ids.dtype}: "
+                "convert them with ids.long()"
+            )
         if ids.dim() != 2 or ids.numel() == 0:
             raise ValueError(f"ids must be (B, L) with B, L >= 1, got shape {shape(ids)}")
         device = self.embed.weight.device
@@ -444,8 +441,11 @@ def next_token_probabilities(
     - `min_p`: the tokens at least `min_p` times as probable as the most probable one.
 
     Args:
-        logits: `(..., V)` floating point.
-        temperature: divides the logits; above 0 (below 1 sharpens, above 1 flattens).
+        logits: `(..., V)` floating point, no NaN or +inf; -inf rules a token out, but each row needs a
+            finite logit.
+        temperature: divides the logits; above 0 (below 1 sharpens, above 1 flattens). The logits are
+            shifted by their maximum and divided in float32 at least, so a tiny temperature gives the
+            most probable tokens, not an overflow.
         top_k: None or a positive int (k >= V keeps every token).
         top_p: None or a number in (0, 1].
         min_p: None or a number in [0, 1].
@@ -454,11 +454,15 @@ def next_token_probabilities(
         `(..., V)` probabilities, each row summing to 1, in the dtype of `logits`.
 
     Raises:
-        TypeError, ValueError: `logits` not a floating-point tensor, or an argument outside its range.
+        TypeError, ValueError: `logits` not a floating-point tensor with a finite logit in each row, or
+            an argument outside its range.
     """
-    check_tensor("logits", logits)
+    _check_logits(logits)
     _check_sampling(temperature, top_k, top_p, min_p, greedy_allowed=False)
-    probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
+    # in float32 at least, and shifted to at most 0: dividing by a tiny temperature cannot overflow
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    shifted = logits.to(dtype) - logits.amax(-1, keepdim=True).to(dtype)  # (..., V)
+    probs = torch.softmax(shifted / temperature, dim=-1)  # (..., V)
     if top_k is not None:
         kth = probs.topk(min(top_k, probs.size(-1)), dim=-1).values[..., -1:]  # (..., 1)
         probs = _renormalised(probs, probs >= kth)
@@ -468,7 +472,7 @@ def next_token_probabilities(
         probs = _renormalised(probs, (before < top_p).scatter(-1, order, before < top_p))
     if min_p is not None:
         probs = _renormalised(probs, probs >= min_p * probs.amax(-1, keepdim=True))
-    return probs
+    return probs.to(logits.dtype)
 
 
 def _renormalised(probs: Tensor, keep: Tensor) -> Tensor:
@@ -561,22 +565,36 @@ def _check_generate(
         )
 
 
+def _check_logits(logits: object) -> None:
+    """Raise unless `logits (..., V)` is floating point, without NaN or +inf, with a finite logit per row."""
+    check_tensor("logits", logits)
+    if logits.size(-1) == 0:
+        raise ValueError(f"logits must have a last dimension V of at least 1, got {shape(logits)}")
+    if logits.isnan().any() or logits.isposinf().any():
+        raise ValueError(f"logits must hold no NaN or +inf, got some in logits {shape(logits)}")
+    if (logits.amax(-1) == -math.inf).any():
+        raise ValueError(
+            f"each row of logits needs a finite logit (all -inf rules out every token): logits "
+            f"{shape(logits)}"
+        )
+
+
 def _check_sampling(
     temperature: object, top_k: object, top_p: object, min_p: object, greedy_allowed: bool
 ) -> None:
     """Raise unless the sampling arguments are in range (temperature 0 only where greedy is possible)."""
-    _check_number("temperature", temperature, above=-math.inf)
+    check_number("temperature", temperature, above=-math.inf)
     if temperature < 0 or (temperature == 0 and not greedy_allowed):
         least = "0 (greedy) or above" if greedy_allowed else "above 0"
         raise ValueError(f"temperature must be {least}, got {temperature}")
     if top_k is not None:
         check_sizes(top_k=top_k)
     if top_p is not None:
-        _check_number("top_p", top_p, above=0.0)
+        check_number("top_p", top_p, above=0.0)
         if top_p > 1:
             raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
     if min_p is not None:
-        _check_number("min_p", min_p, above=-math.inf)
+        check_number("min_p", min_p, above=-math.inf)
         if not 0 <= min_p <= 1:
             raise ValueError(f"min_p must lie in [0, 1], got {min_p}")
 

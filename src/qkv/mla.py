@@ -24,7 +24,15 @@ import math
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_bool,
+    check_module_input,
+    check_number,
+    check_same_dtype_and_device,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 from qkv.dispatch import attention
 from qkv.positions import apply_rope
 
@@ -84,6 +92,7 @@ class MultiHeadLatentAttention(nn.Module):
             raise ValueError(
                 f"rope_dim must be even (RoPE turns channels in pairs), got {rope_dim}"
             )
+        check_number("rope_base", rope_base, above=1.0)
         self.heads, self.head_dim, self.rope_dim, self.rope_base = (
             heads,
             head_dim,
@@ -113,19 +122,19 @@ class MultiHeadLatentAttention(nn.Module):
             absorbed: compute with the absorbed weights (the same result; see the module docstring).
 
         Returns:
-            `(B, T_new, E)`.
+            `(B, T_new, E)`; `(B, 0, E)` for no new token.
+
+        Raises:
+            TypeError: `x` not a floating-point tensor of the parameters' dtype, a cache that is not a
+                `LatentCache`, `absorbed` not a bool.
+            ValueError: `x` not `(B, T_new, E)` or on another device than the parameters, a cache that
+                holds another batch size, latent or rope size, dtype or device.
         """
-        check_tensor("x", x)
-        if x.dim() != 3 or x.size(-1) != self.query.in_features:
-            raise ValueError(
-                f"x must be (B, T, E) with E = {self.query.in_features}, got {shape(x)}"
-            )
-        batch, length, _ = x.shape
+        self._check(x, cache, absorbed)
+        length = x.size(1)
         past = 0 if cache is None else len(cache)
         positions = torch.arange(past, past + length, device=x.device)
-        queries = (
-            self.query(x).view(batch, length, self.heads, -1).transpose(1, 2)
-        )  # (B, H, L, D + Dr)
+        queries = self.query(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, H, L, D + Dr)
         q_content, q_rope = queries.split([self.head_dim, self.rope_dim], dim=-1)
         q_rope = apply_rope(q_rope, positions, base=self.rope_base)  # (B, H, L, Dr)
         latents = self.down(x)  # (B, L, C)
@@ -141,13 +150,37 @@ class MultiHeadLatentAttention(nn.Module):
             heads_out.transpose(1, 2).flatten(2)
         )  # (B, H, L, D) -> (B, L, H D) -> (B, L, E)
 
+    def _check(self, x: object, cache: object, absorbed: object) -> None:
+        """Raise unless `x (B, T_new, E)` fits the parameters and `cache`, if any, holds tokens it extends."""
+        check_tensor("x", x)
+        if x.dim() != 3 or x.size(-1) != self.query.in_features:
+            raise ValueError(
+                f"x must be (B, T, E) with E = {self.query.in_features}, got {shape(x)}"
+            )
+        check_module_input("x", x, self)
+        check_bool("absorbed", absorbed)
+        if cache is None:
+            return
+        if not isinstance(cache, LatentCache):
+            raise TypeError(
+                f"cache must be a qkv.mla.LatentCache or None, got {type(cache).__name__}"
+            )
+        if cache.latents is None:
+            return
+        ours = (x.size(0), self.down.out_features, self.rope_dim)  # (B, C, Dr)
+        held = (cache.latents.size(0), cache.latents.size(-1), cache.rope_keys.size(-1))
+        if held != ours:
+            raise ValueError(
+                f"cache holds latents {shape(cache.latents)} (B, T, C) and rotated keys "
+                f"{shape(cache.rope_keys)} (B, T, Dr), but this call's are ({ours[0]}, ., {ours[1]}) "
+                f"and ({ours[0]}, ., {ours[2]})"
+            )
+        check_same_dtype_and_device(**{"cache's latents": cache.latents, "x": x})
+
     def _plain(self, q_content, q_rope, latents, rope_keys, scale) -> Tensor:
         """Keys and values made from the latents, then attention: `(B, H, L, D)`."""
-        batch, seqlen_k = latents.shape[:2]
-        keys = (
-            self.up_key(latents).view(batch, seqlen_k, self.heads, -1).transpose(1, 2)
-        )  # (B, H, S, D)
-        values = self.up_value(latents).view(batch, seqlen_k, self.heads, -1).transpose(1, 2)
+        keys = self.up_key(latents).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, H, S, D)
+        values = self.up_value(latents).unflatten(-1, (self.heads, -1)).transpose(1, 2)
         shared = rope_keys[:, None].expand(-1, self.heads, -1, -1)  # (B, H, S, Dr)
         query = torch.cat([q_content, q_rope], dim=-1)  # (B, H, L, D + Dr)
         key = torch.cat([keys, shared], dim=-1)  # (B, H, S, D + Dr)

@@ -16,11 +16,19 @@ page first copies it (copy on write), so no sequence ever changes what another r
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 
 import torch
 from torch import Tensor
 
-from qkv._checks import check_scale, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_integer_tensor,
+    check_same_dtype_and_device,
+    check_scale,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 
 
 def paged_attention(
@@ -42,33 +50,41 @@ def paged_attention(
         key_pages: `(P, H_kv, page_size, D)`, the pool; H_kv divides H (grouped-query attention).
         value_pages: `(P, H_kv, page_size, Dv)`.
         block_tables: integer `(B, max_pages)`: the pages of each sequence in order; entries past a
-            sequence's last page are not read (any valid page index, e.g. 0).
+            sequence's last page are not read (any value, e.g. 0 or -1).
         lengths: integer `(B,)`: the tokens cached for each sequence, at least L and at most
-            `max_pages * page_size`.
+            `max_pages * page_size`. Slots at or past a sequence's length are not read: a pool made with
+            `torch.empty` may hold NaN there.
         scale: multiplies the scores; `1 / sqrt(D)` when None.
 
     Returns:
         `(B, H, L, Dv)`.
 
     Raises:
-        TypeError: a non-tensor, floating block tables or lengths, dtypes that differ.
-        ValueError: shapes that disagree (named with the shapes), a page index outside `[0, P)` in a page
-            that is read, a length below L or beyond the sequence's pages.
+        TypeError: a non-tensor, floating block tables or lengths, dtypes that differ, a `scale` that is
+            not a number.
+        ValueError: shapes that disagree (named with the shapes), an empty head, page or pool, tensors on
+            different devices, a page index outside `[0, P)` in a page that is read, a length below L or
+            beyond the sequence's pages, a `scale` that is not finite.
     """
     _check_paged_inputs(query, key_pages, value_pages, block_tables, lengths)
     check_scale(scale)
     _, heads, seqlen_q, dim = query.shape
     pages, heads_kv = key_pages.shape[:2]
+    lengths = lengths.long()  # uint8 lengths would wrap below 0
+    block_tables = block_tables.long()  # a uint8 table would index as a mask
     block_tables = block_tables.clamp(0, pages - 1)  # entries past a sequence's pages: never kept
     keys = key_pages[block_tables]  # (B, max_pages, H_kv, page, D)
     values = value_pages[block_tables]  # (B, max_pages, H_kv, page, Dv)
     keys = keys.transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, D), S = max_pages * page
     values = values.transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, Dv)
+    # slots past a sequence's length hold anything (a pool made by torch.empty): zeros, so no NaN is summed
+    positions = torch.arange(keys.size(2), device=query.device)  # (S,)
+    written = (positions < lengths[:, None])[:, None, :, None]  # (B, 1, S, 1)
+    keys, values = torch.where(written, keys, 0), torch.where(written, values, 0)
     groups = heads // heads_kv
     keys = keys.repeat_interleave(groups, 1)  # (B, H, S, D)
     values = values.repeat_interleave(groups, 1)  # (B, H, S, Dv)
     # query i of sequence b is token lengths[b] - L + i and sees the tokens up to it: causal, bottom-right
-    positions = torch.arange(keys.size(2), device=query.device)  # (S,)
     rows = lengths[:, None] - seqlen_q + torch.arange(seqlen_q, device=query.device)  # (B, L)
     keep = positions[None, None, :] <= rows[:, :, None]  # (B, L, S)
     scale = 1 / math.sqrt(dim) if scale is None else scale
@@ -92,13 +108,11 @@ def gather_pages(pages: Tensor, block_table: Tensor | list[int], length: int) ->
         `(H_kv, length, D)`.
 
     Raises:
-        ValueError: a length beyond the table's pages.
+        TypeError: `pages` not a floating-point tensor, a table of non-integers, `length` not an int.
+        ValueError: `pages` not 4-D, a table not `(n,)` or on another device, a page index outside
+            `[0, P)`, a length outside `[0, n * page_size]`.
     """
-    capacity = len(block_table) * pages.size(2)
-    if not 0 <= length <= capacity:
-        raise ValueError(
-            f"length must be in [0, {capacity}] (the table's pages hold that many), got {length}"
-        )
+    block_table = _check_gather(pages, block_table, length)  # as int64 `(n,)` on the pool's device
     chosen = pages[block_table]  # (n, H_kv, page_size, D), in the table's order
     tokens = chosen.transpose(0, 1).flatten(1, 2)  # (H_kv, n * page_size, D)
     return tokens[:, :length]  # (H_kv, length, D)
@@ -118,6 +132,9 @@ class PagedKVCache:
         value_dim: Dv, features per value; D when None.
         dtype: of the pool.
         device: of the pool.
+
+    Raises:
+        TypeError, ValueError: a size that is not a positive int, a `dtype` that is not floating point.
 
     Attributes:
         key_pages: `(num_pages, kv_heads, page_size, D)`; `value_pages` likewise with Dv.
@@ -146,6 +163,8 @@ class PagedKVCache:
         check_sizes(num_pages=num_pages, page_size=page_size, kv_heads=kv_heads, head_dim=head_dim)
         value_dim = head_dim if value_dim is None else value_dim
         check_sizes(value_dim=value_dim)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
         self.page_size = page_size
         self.key_pages = torch.zeros(
             num_pages, kv_heads, page_size, head_dim, dtype=dtype, device=device
@@ -158,7 +177,16 @@ class PagedKVCache:
         self._lengths: dict[object, int] = {}
 
     def add(self, sequence: object, *, fork_of: object = None) -> None:
-        """Start `sequence`: empty, or sharing every page of `fork_of` (its tokens, without copying them)."""
+        """Start `sequence`: empty, or sharing every page of `fork_of` (its tokens, without copying them).
+
+        Raises:
+            TypeError: a `sequence` that cannot be a dict key (a list, say).
+            ValueError: a `sequence` added already, a `fork_of` never added.
+        """
+        if not isinstance(sequence, Hashable):
+            raise TypeError(
+                f"sequence must be hashable (a str or an int), got {type(sequence).__name__}"
+            )
         if sequence in self._tables:
             raise ValueError(f"sequence {sequence!r} was added already")
         if fork_of is None:
@@ -218,8 +246,12 @@ class PagedKVCache:
         return self._lengths[sequence]
 
     def batch(self, sequences: list) -> tuple[Tensor, Tensor]:
-        """`(block_tables, lengths)` of `sequences` for `paged_attention`: `(B, max_pages)` (padded with 0),
-        `(B,)`."""
+        """`(block_tables, lengths)` of `sequences` (a list) for `paged_attention`: `(B, max_pages)` (padded
+        with 0), `(B,)`."""
+        if not isinstance(sequences, list | tuple):
+            raise TypeError(
+                f"sequences must be a list of sequences, got {type(sequences).__name__}"
+            )
         tables = [self._table(sequence) for sequence in sequences]
         width = max([1, *map(len, tables)])
         padded = [table + [0] * (width - len(table)) for table in tables]
@@ -265,6 +297,35 @@ class PagedKVCache:
             raise ValueError(f"key and value disagree on T_new: {shape(key)} vs {shape(value)}")
 
 
+def _check_gather(pages: object, block_table: object, length: object) -> Tensor:
+    """Raise unless `gather_pages` can read `length` tokens of `pages` through `block_table`; the table as
+    an int64 tensor `(n,)` on the pool's device."""
+    check_tensor("pages", pages)
+    if pages.dim() != 4:
+        raise ValueError(f"pages must be 4-D (P, H_kv, page_size, D), got shape {shape(pages)}")
+    if isinstance(block_table, list | tuple):
+        if not all(isinstance(page, int) and not isinstance(page, bool) for page in block_table):
+            raise TypeError(f"block_table must hold ints (page indices), got {block_table!r}")
+        block_table = torch.tensor(block_table, dtype=torch.long, device=pages.device)
+    check_integer_tensor("block_table", block_table, pages.device)
+    if block_table.dim() != 1:
+        raise ValueError(f"block_table must be 1-D (n,), got shape {shape(block_table)}")
+    block_table = block_table.long()
+    outside = block_table[(block_table < 0) | (block_table >= pages.size(0))]
+    if outside.numel():
+        raise ValueError(
+            f"block_table names pages outside the pool's {pages.size(0)} (pages {shape(pages)}): "
+            f"{outside.tolist()}"
+        )
+    check_sizes(0, length=length)
+    capacity = block_table.numel() * pages.size(2)
+    if length > capacity:
+        raise ValueError(
+            f"length must be in [0, {capacity}] (the table's pages hold that many), got {length}"
+        )
+    return block_table
+
+
 def _check_paged_inputs(
     query: Tensor, key_pages: Tensor, value_pages: Tensor, block_tables: Tensor, lengths: Tensor
 ) -> None:
@@ -273,22 +334,20 @@ def _check_paged_inputs(
         check_tensor(name, x)
         if x.dim() != 4:
             raise ValueError(f"{name} must be 4-D, got {shape(x)}")
-    if not query.dtype == key_pages.dtype == value_pages.dtype:
-        raise TypeError(
-            f"query, key_pages and value_pages must share a dtype: {query.dtype}, "
-            f"{key_pages.dtype}, {value_pages.dtype}"
-        )
+    check_same_dtype_and_device(query=query, key_pages=key_pages, value_pages=value_pages)
     for name, x in (("block_tables", block_tables), ("lengths", lengths)):
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
+        check_integer_tensor(name, x, query.device)
     batch, heads, seqlen_q, dim = query.shape
     pages, heads_kv, page_size, _ = key_pages.shape
     if key_pages.shape[:3] != value_pages.shape[:3] or key_pages.size(3) != dim:
         raise ValueError(
             f"key_pages must be (P, H_kv, page_size, D) and value_pages (P, H_kv, page_size, Dv) with "
             f"query's D: query {shape(query)}, key_pages {shape(key_pages)}, value_pages {shape(value_pages)}"
+        )
+    if 0 in (heads, dim, *key_pages.shape, value_pages.size(3)):
+        raise ValueError(
+            f"query's H and D and every size of key_pages and value_pages must be at least 1: "
+            f"query {shape(query)}, key_pages {shape(key_pages)}, value_pages {shape(value_pages)}"
         )
     if heads % heads_kv:
         raise ValueError(
@@ -300,6 +359,10 @@ def _check_paged_inputs(
             f"block_tables must be (B, max_pages) and lengths (B,) with B = {batch}: "
             f"block_tables {shape(block_tables)}, lengths {shape(lengths)}"
         )
+    block_tables, lengths = (
+        block_tables.long(),
+        lengths.long(),
+    )  # uint8 would wrap or index as a mask
     capacity = block_tables.size(1) * page_size
     if ((lengths < seqlen_q) | (lengths > capacity)).any():
         raise ValueError(

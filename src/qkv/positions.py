@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from qkv._checks import check_sizes, check_tensor, shape
+from qkv._checks import check_bool, check_sizes, check_tensor, shape
 from qkv.masks import Alignment, _offset
 from qkv.rope_scaling import rope_frequencies
 
@@ -70,14 +70,15 @@ def apply_rope(
             True pairs channel 2i with 2i + 1 (RoFormer's layout).
         scaling: None, or a rule that stretches the context, as `qkv.rope_frequencies` takes it (a dict in
             the format of a `transformers` config's `rope_parameters`); `"dynamic"` reads the sequence
-            length as the largest position + 1. The rotated rows are multiplied by the rule's attention
+            length as the largest position + 1 (at least 1). The rotated rows are multiplied by the rule's attention
             factor (YaRN's temperature; 1 otherwise).
 
     Returns:
         a tensor of the shape and dtype of `x`; the angles are computed in float32 at least.
 
     Raises:
-        TypeError: `x` not a floating-point tensor, `positions` not an integer tensor, `base` not a number.
+        TypeError: `x` not a floating-point tensor, `positions` not an integer tensor, `base` not a number,
+            `interleaved` not a bool.
         ValueError: `x` with fewer than 2 dimensions or an odd D, `positions` not of shape `(N,)`, `base` not
             above 1, a `scaling` that `rope_frequencies` refuses.
     """
@@ -90,8 +91,9 @@ def apply_rope(
     if positions is None:
         positions = torch.arange(length, device=x.device)
     _check_positions(positions, x)
+    check_bool("interleaved", interleaved)
     dynamic = isinstance(scaling, dict) and scaling.get("rope_type") == "dynamic"
-    seq_len = int(positions.max()) + 1 if dynamic and positions.numel() else None
+    seq_len = max(int(positions.max()) + 1, 1) if dynamic and positions.numel() else None
     frequencies, factor = rope_frequencies(dim, base=base, scaling=scaling, seq_len=seq_len)
     dtype = torch.promote_types(x.dtype, torch.float32)
     angles = positions.to(torch.float64)[:, None] * frequencies.to(x.device)  # (N, D/2)

@@ -25,13 +25,14 @@ entry there: it is "dynamic" at one fixed length).
 """
 
 import math
-from numbers import Real
 
 import torch
 from torch import Tensor
 
-from qkv._checks import check_sizes
+from qkv._checks import check_number, check_sizes
 
+# The parameters that divide or are logarithms somewhere: they must be above 0 (the others finite).
+POSITIVE = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow")
 # The parameters each rule reads: required, then optional with their defaults.
 RULES: dict[str, tuple[tuple[str, ...], dict[str, object]]] = {
     "default": ((), {}),
@@ -81,14 +82,15 @@ def rope_frequencies(
 
     Raises:
         TypeError: a size, a factor or a flag of the wrong type; `scaling` not a dict.
-        ValueError: an odd D, a base not above 1, an unknown `rope_type` or parameter, a missing parameter,
-            a factor below 1, `low_freq_factor >= high_freq_factor`.
+        ValueError: an odd D (or below 4 for "ntk" and "dynamic"), a base not a finite number above 1, an
+            unknown `rope_type` or parameter, a missing parameter, a parameter that is not finite (or for a
+            factor or a beta, not above 0), a factor below 1, `low_freq_factor >= high_freq_factor`.
     """
     check_sizes(head_dim=head_dim)
     if head_dim % 2:
         raise ValueError(f"head_dim must be even (channels turn in pairs), got {head_dim}")
-    _check_base(base)
-    rule, params = _parse(scaling)
+    check_number("base", base, above=1.0)
+    rule, params = _parse(scaling, head_dim)
     if seq_len is not None:
         check_sizes(seq_len=seq_len)
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # (D/2,): 2i/D
@@ -108,14 +110,6 @@ def rope_frequencies(
     if rule == "yarn":
         return _yarn(plain, base, head_dim, original, params)
     return _llama3(plain, original, params)
-
-
-def _check_base(base: object) -> None:
-    """Raise unless `base` is a number above 1 (the frequencies would not decrease otherwise)."""
-    if isinstance(base, bool) or not isinstance(base, int | float):
-        raise TypeError(f"base must be a number, got {type(base).__name__}")
-    if not base > 1:
-        raise ValueError(f"base must be greater than 1, got {base}")
 
 
 def _stretched_base(base: float, factor: float, head_dim: int) -> float:
@@ -172,7 +166,7 @@ def _llama3(plain: Tensor, original: int, params: dict) -> tuple[Tensor, float]:
     return torch.where(wavelength < original / high, kept, inv_freq), 1.0
 
 
-def _parse(scaling: object) -> tuple[str, dict]:
+def _parse(scaling: object, head_dim: int) -> tuple[str, dict]:
     """`scaling`'s rule and its parameters with the defaults filled in, checked."""
     if scaling is None:
         return "default", {}
@@ -201,11 +195,18 @@ def _parse(scaling: object) -> tuple[str, dict]:
                 raise TypeError(f'scaling["truncate"] must be a bool, got {value!r}')
         elif name == "original_max_position_embeddings":
             check_sizes(**{f'scaling["{name}"]': value})
+        elif name in POSITIVE:
+            check_number(f'scaling["{name}"]', value, above=0.0)
         elif name != "rope_type" and value is not None:
-            _check_number(f'scaling["{name}"]', value)
+            check_number(f'scaling["{name}"]', value)
     if "factor" in params and params["factor"] < 1:
         raise ValueError(
             f'scaling["factor"] must be at least 1 (a stretch), got {params["factor"]}'
+        )
+    if rule in ("ntk", "dynamic") and head_dim < 4:
+        raise ValueError(
+            f"head_dim must be at least 4 for rope_type {rule!r} (its base grows by factor**(D / (D - 2))), "
+            f"got {head_dim}"
         )
     if rule == "llama3" and not params["low_freq_factor"] < params["high_freq_factor"]:
         raise ValueError(
@@ -213,8 +214,3 @@ def _parse(scaling: object) -> tuple[str, dict]:
             f"{params['low_freq_factor']} and {params['high_freq_factor']}"
         )
     return rule, params
-
-
-def _check_number(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a number, got {value!r}")

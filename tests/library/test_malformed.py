@@ -3,8 +3,9 @@
 Each callable takes its query, key and value (and whatever else it needs, well formed) through a wrapper.
 Each class of malformed input spoils one argument; the call must raise a `TypeError` or `ValueError`
 (never an exception from inside torch, never a result) whose message names the spoiled argument. The
-modules' own tables (`test_multihead.py`, `test_block.py`, `test_classic.py`, `test_efficient.py`) go further
-for each callable; this file holds the whole package to one rule.
+modules' own tables (`test_multihead.py`, `test_block.py`, `test_classic.py`, `test_efficient.py`, and
+`test_malformed_<module>.py` for the paged cache, the GPT, MLA, flex, RoPE scaling, the caches and the
+kernels) go further for each callable; this file holds the whole package to one rule.
 """
 
 from __future__ import annotations

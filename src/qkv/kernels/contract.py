@@ -308,6 +308,10 @@ def check_decode_inputs(
     shapes = f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape: k {shape(k)} vs v {shape(v)}")
+    if 0 in (batch, heads, *k.shape[:3]):
+        raise ValueError(
+            f"q's B and H and k's first three sizes must be at least 1 (nothing to decode): {shapes}"
+        )
     if heads % k.size(1) != 0:
         raise ValueError(
             f"k's heads H_kv must divide q's heads H (grouped-query attention): {shapes}"

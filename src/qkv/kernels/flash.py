@@ -108,7 +108,8 @@ def _kept_keys(KeyLengths, seqlen_k):
     """
     kv_len = seqlen_k
     if KeyLengths is not None:
-        kv_len = min(max(tl.load(KeyLengths + tl.program_id(2)), 0), seqlen_k).to(tl.int32)
+        kv_len = tl.minimum(tl.maximum(tl.load(KeyLengths + tl.program_id(2)), 0), seqlen_k)
+        kv_len = kv_len.to(tl.int32)
     return kv_len
 
 
