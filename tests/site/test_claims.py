@@ -44,9 +44,9 @@ below that feeds it a small fake article and shows that it can fail:
    (a fence whose info string is exactly `python`), counted together with the expected output that
    follows it (`<!--pytest-codeblocks:expected-output-->`); for `assert`, that block contains `assert` or has
    an expected output. Whitespace is collapsed on both sides. With `file` (a path from the repository's
-   root, under `docs/figures/`, `docs/javascripts/`, `src/` or `tests/`), `block` occurs in that file
-   instead: a figure script runs, and its asserts with it, whenever the site is built, a widget's script
-   in the browser tests, a test whenever the tests run. For `assert`,
+   root, under `docs/blog/posts/`, `docs/figures/`, `docs/javascripts/`, `src/` or `tests/`), `block`
+   occurs in that file instead: another article's blocks run with the site's tests, a figure script and its
+   asserts whenever the site is built, a widget's script in the browser tests, a test with the tests. For `assert`,
    `block` is then itself an assert statement (it contains `assert`) or names a test (`def test_...`, in a
    file under `tests/`).
 3. `citation`: `source` is not empty and its first word (the first author's surname, or the library's name)
@@ -89,7 +89,7 @@ LEDGERS = Path(__file__).resolve().parent / "claims"
 
 KINDS = {"assert": "block", "setting": "block", "citation": "source", "benchmark": "report"}
 OPTIONAL = {"assert": {"file"}, "setting": {"file"}, "citation": set(), "benchmark": {"shows"}}
-SOURCE_FOLDERS = ("docs/figures/", "docs/javascripts/", "src/", "tests/")  # where a `file` may be
+SOURCE_FOLDERS = ("docs/blog/posts/", "docs/figures/", "docs/javascripts/", "src/", "tests/")
 RECORD_FOLDERS = ("benchmarks/", "src/qkv_lab/results/")  # where a recorded file may be
 
 
@@ -615,7 +615,7 @@ def test_rule_2_a_backing_in_a_file_must_be_there_and_check_it() -> None:
     gone = {**test, "file": "tests/library/test_gone.py"}
     assert "no file 'tests/library/test_gone.py'" in fake_problems([gone])[0]
     outside = {**test, "file": "README.md"}
-    assert "is not under docs/figures/" in fake_problems([outside])[0]
+    assert "is not under docs/blog/posts/" in fake_problems([outside])[0]
 
 
 def test_rule_5_every_uncovered_sentence_is_reported_with_its_line() -> None:
