@@ -86,6 +86,7 @@ def patterns() -> Figure:
     fig = Figure(figsize=(5.5, 6.8), layout="constrained")
     cmap = kinds_cmap(3)
     axes = fig.subplots(2, 2, sharex=True, sharey=True)
+    counts = []
     for ax, (title, mask) in zip(axes.flat, masks.items(), strict=True):
         tiles = (
             qkv.block_layout(mask, block).repeat_interleave(block, 0).repeat_interleave(block, 1)
@@ -93,6 +94,7 @@ def patterns() -> Figure:
         picture = tiles.int() + mask.int()  # 0 skipped, 1 computed but masked, 2 kept
         ax.imshow(picture.numpy(), cmap=cmap, vmin=0, vmax=2)
         computed = int(qkv.block_layout(mask, block).sum())
+        counts.append(computed)
         ax.set_title(f"{title}\n{computed} of {(n // block) ** 2} tiles computed")
         ax.set_xticks(range(0, n, block))
         ax.set_yticks(range(0, n, block))
@@ -103,6 +105,7 @@ def patterns() -> Figure:
         ax.set_xlabel("key j")
     for ax in axes[:, 0]:
         ax.set_ylabel("query i")
+    assert counts == [10, 10, 14, 16], counts  # the alt text: tiles computed of 16
     return fig
 
 
@@ -126,6 +129,8 @@ def performer() -> Figure:
     slope = [last * (PERFORMER_FEATURES[-1] / m) ** 0.5 for m in PERFORMER_FEATURES]
     ax.plot(PERFORMER_FEATURES, slope, color="C7", linestyle="--", label=r"$\propto 1/$√$M$")
     baseline = efficient_bench.relative_errors(n, "diffuse", seed=0)["mean-of-values"]
+    at_1024 = errors[PERFORMER_FEATURES.index(1024)]  # the orthogonal features'
+    assert abs(at_1024 - baseline) < 0.02, (at_1024, baseline)  # the alt text: level near M = 1024
     ax.axhline(baseline, color="C3", linestyle=":", label="mean of the values")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

@@ -30,6 +30,12 @@ def _masks() -> dict[str, torch.Tensor]:
 def mask_grids() -> Figure:
     """Four heat maps, two by two; strong cells (1) may be attended, faint cells (0) are hidden."""
     masks = _masks()
+    causal, padding, both, window = masks.values()  # the alt text, mask by mask
+    assert causal.equal(torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril())  # a lower triangle
+    assert padding.equal(torch.arange(LENGTH).expand(LENGTH, LENGTH) < 3)  # the last columns hidden
+    back = torch.arange(LENGTH)[:, None] - torch.arange(LENGTH)  # (L, S): i - j
+    assert both.equal(padding & causal)
+    assert window.equal((back >= 0) & (back < 3))  # a band along the diagonal
     fig = Figure(figsize=(5.5, 5.8), layout="constrained")
     axes = fig.subplots(2, 2, sharex=True, sharey=True)
     for ax, (title, mask) in zip(axes.flat, masks.items(), strict=True):
@@ -56,6 +62,8 @@ CELL = 0.36  # inches
 def _aligned_panel(ax: Axes, x: float, alignment: str, first_query: int, lines: str) -> None:
     """One causal mask of `qkv.causal_mask` as a 0/1 grid, its rows labelled with the queries' positions."""
     mask = qkv.causal_mask(ALIGNED_L, ALIGNED_S, alignment=alignment)  # (L, S), True = may attend
+    # the alt text: query first_query + i keeps keys 0 to first_query + i
+    assert mask.sum(dim=-1).tolist() == [first_query + i + 1 for i in range(ALIGNED_L)]
     top = 0.95
     ax.text(x + ALIGNED_S * CELL / 2, 0.12, f'alignment="{alignment}"', ha="center", va="top")
     ax.text(x + ALIGNED_S * CELL / 2, 0.42, "key position", ha="center", va="top")

@@ -36,6 +36,11 @@ def rope_and_alibi() -> Figure:
     q = torch.randn(dim, dtype=torch.float64)
     rotated = qkv.apply_rope(q.expand(len(offsets), dim), offsets)  # (N, D): q at positions 0..512
     scores = rotated @ rotated[0]  # the query at each offset against the key at 0
+    # the alt text: the maximum at offset 0, then a decay with oscillations (Su et al., section 3.4.3)
+    relative = scores / scores[0]
+    assert relative[1:].max() < 1
+    assert relative[64:].abs().mean() < relative[:64].abs().mean() / 2  # decaying
+    assert (relative.diff() > 0).any()  # not monotonic: oscillations
     bias = qkv.alibi_bias(8, 33)[:, -1].flip(-1)  # (H, 33): the last query, distance 0..32 back
     fig = Figure(figsize=(5.5, 7.4), layout="constrained")
     left, right = fig.subplots(2, 1)

@@ -56,6 +56,11 @@ def saturation_vs_spread() -> Figure:
         top.append(p.amax(dim=-1).mean().item())
         entropy.append((-(p * p.clamp_min(1e-30).log()).sum(dim=-1) / math.log(KEYS)).mean().item())
         jacobian.append(((1 - (p**2).sum(dim=-1)) / (1 - 1 / KEYS)).mean().item())
+    # the alt text and caption: the largest weight rises, the other two fall; shared at 1, one key at 8
+    assert top == sorted(top)
+    assert entropy == sorted(entropy, reverse=True)
+    assert jacobian == sorted(jacobian, reverse=True)
+    assert top[spreads.index(1.0)] < 0.3 < 0.8 < top[spreads.index(8.0)]
     fig = Figure(figsize=(5.5, 5.0), layout="constrained")
     ax = fig.subplots()
     ax.plot(spreads, top, "o-", label="largest weight")

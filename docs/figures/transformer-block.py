@@ -27,6 +27,10 @@ def pre_post_losses() -> Figure:
     for pre_ln, label, color in ((False, "post-LN", "C3"), (True, "pre-LN", "C0")):
         losses = torch.tensor(train_max_token(pre_ln))  # seed 0, as the post asserts
         smooth = losses.unfold(0, 10, 1).mean(dim=1)
+        if not pre_ln:  # the post: down for a while, then a spike, and no recovery
+            low = int(smooth.argmin())
+            assert smooth[low] < 0.6 < 1.5 < smooth[low:].max()
+            assert smooth[-1] > 2 * smooth[low]
         ax.plot(losses, color=color, alpha=0.25, linewidth=1)
         ax.plot(
             range(9, len(losses)), smooth, color=color, linewidth=2, label=f"{label} (10-step mean)"

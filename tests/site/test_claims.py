@@ -16,6 +16,18 @@ article's order. An entry quotes a piece of the article's Markdown source and na
 - claim: "on three keys in two dimensions"
   kind: setting                           # a value the page chose: a width, a seed, a length
   block: "keys = torch.tensor("           # the block that uses it
+- claim: "a heat map of 64 positions"
+  kind: setting
+  file: "docs/figures/positions.py"       # not on the page: a figure script, a module or a test
+  block: "N = 64"                         # a substring of that file
+- claim: "the package's tests check it against torch"
+  kind: assert
+  file: "tests/library/test_flash.py"
+  block: "def test_matches_torch"         # in a file, an assert statement or a test function
+- claim: "failed two of 236"
+  kind: benchmark
+  report: "benchmarks/gpu/2026-11-25-h100/tests.txt"   # a recorded file (under benchmarks/ or the results)
+  shows: "2 failed, 234 passed"           # optional: what the record must say
 ```
 
 Quote a claim that holds double quotes with single quotes (`'...'`, a `'` doubled inside). Any entry may carry
@@ -31,10 +43,17 @@ below that feeds it a small fake article and shows that it can fail:
 2. `assert` and `setting`: `block` occurs in exactly one runnable ```` ```python ```` block of the article
    (a fence whose info string is exactly `python`), counted together with the expected output that
    follows it (`<!--pytest-codeblocks:expected-output-->`); for `assert`, that block contains `assert` or has
-   an expected output. Whitespace is collapsed on both sides.
+   an expected output. Whitespace is collapsed on both sides. With `file` (a path from the repository's
+   root, under `docs/blog/posts/`, `docs/figures/`, `docs/javascripts/`, `src/` or `tests/`), `block`
+   occurs in that file instead: another article's blocks run with the site's tests, a figure script and its
+   asserts whenever the site is built, a widget's script in the browser tests, a test with the tests. For `assert`,
+   `block` is then itself an assert statement (it contains `assert`) or names a test (`def test_...`, in a
+   file under `tests/`).
 3. `citation`: `source` is not empty and its first word (the first author's surname, or the library's name)
    appears in the article's `## References` list (anywhere in the article if it has none).
-4. `benchmark`: the recorded report exists (`report_path`).
+4. `benchmark`: the recorded report exists: `report` names a report of `qkv_lab.results` (`report_path`)
+   or, holding a `/`, a recorded file under `benchmarks/` or `src/qkv_lab/results/`; with `shows`, that
+   file's text holds it (whitespace collapsed).
 5. Coverage: every prose sentence that contains a digit 0-9 is covered by an entry: an entry's claim occurs in
    the sentence, or the sentence occurs in the claim. Sentences with digits that claim nothing (a section
    number, a seed) are listed as `setting`.
@@ -69,11 +88,20 @@ POSTS = ROOT / "docs" / "blog" / "posts"
 LEDGERS = Path(__file__).resolve().parent / "claims"
 
 KINDS = {"assert": "block", "setting": "block", "citation": "source", "benchmark": "report"}
+OPTIONAL = {"assert": {"file"}, "setting": {"file"}, "citation": set(), "benchmark": {"shows"}}
+SOURCE_FOLDERS = ("docs/blog/posts/", "docs/figures/", "docs/javascripts/", "src/", "tests/")
+RECORD_FOLDERS = ("benchmarks/", "src/qkv_lab/results/")  # where a recorded file may be
 
 
 def report_path(name: str) -> Path:
     """The file of the recorded benchmark report `name` (what `qkv_lab.results.recorded(name)` reads)."""
     return ROOT / "src" / "qkv_lab" / "results" / f"{name}.json"
+
+
+def read_repository_file(path: str) -> str | None:
+    """The text of the file at `path` (from the repository's root), or None if there is none."""
+    file = ROOT / path
+    return file.read_text(encoding="utf-8") if ".." not in path and file.is_file() else None
 
 
 # --- reading an article -------------------------------------------------------------------------------------
@@ -207,7 +235,7 @@ def references(text: str) -> str:
 def entry_problems(
     text: str,
     entries: object,
-    report_exists: Callable[[str], bool] = lambda name: report_path(name).is_file(),
+    read: Callable[[str], str | None] = read_repository_file,
 ) -> list[str]:
     """Why the ledger `entries` does not hold for the article `text` (rules 1-4 and the schema); [] if it does."""
     if not isinstance(entries, list):
@@ -230,7 +258,7 @@ def entry_problems(
             problems.append(f"{where}: kind {kind!r} is not one of {sorted(KINDS)}")
             continue
         todo = entry.get("todo")
-        allowed = {"claim", "kind", KINDS[kind], "todo"}
+        allowed = {"claim", "kind", KINDS[kind], "todo", *OPTIONAL[kind]}
         if unknown := sorted(set(entry) - allowed):
             problems.append(f"{where}: keys {unknown} do not belong to a {kind} entry")
         if "todo" in entry and not (isinstance(todo, str) and todo.strip()):
@@ -252,7 +280,9 @@ def entry_problems(
         if not (isinstance(backing, str) and backing.strip()):
             problems.append(f"{where}: a {kind} entry needs a non-empty `{KINDS[kind]}`")
             continue
-        if kind in {"assert", "setting"}:  # rule 2
+        if kind in {"assert", "setting"} and "file" in entry:  # rule 2, in a file
+            problems += file_problems(where, kind, entry["file"], collapse(backing), read)
+        elif kind in {"assert", "setting"}:  # rule 2
             needle = collapse(backing)
             found = [block for block in blocks if block.has(needle)]
             if len(found) != 1:
@@ -271,9 +301,44 @@ def entry_problems(
                 problems.append(
                     f"{where}: {backing!r}: its first author is not in the article's references"
                 )
-        elif not report_exists(backing):  # rule 4
-            problems.append(f"{where}: no recorded report {backing!r} ({report_path(backing)})")
+        else:  # rule 4
+            problems += record_problems(where, backing, entry.get("shows"), read)
     return problems
+
+
+def file_problems(
+    where: str, kind: str, path: object, needle: str, read: Callable[[str], str | None]
+) -> list[str]:
+    """Rule 2 for a backing in a file: `needle` in the file at `path`, an assert or a test for `assert`."""
+    if not (isinstance(path, str) and path.startswith(SOURCE_FOLDERS)):
+        return [f"{where}: file {path!r} is not under {' or '.join(SOURCE_FOLDERS)}"]
+    text = read(path)
+    if text is None:
+        return [f"{where}: no file {path!r}"]
+    if needle not in collapse(text):
+        return [f"{where}: block {needle[:60]!r} is not in {path}"]
+    names_test = needle.startswith("def test_") and path.startswith("tests/")
+    if kind == "assert" and not ("assert" in needle or names_test):
+        return [f"{where}: block {needle[:60]!r} in {path} is neither an assert nor a test"]
+    return []
+
+
+def record_problems(
+    where: str, report: str, shows: object, read: Callable[[str], str | None]
+) -> list[str]:
+    """Rule 4: the recorded report or file exists, and holds `shows` when there is one."""
+    if "/" in report:
+        if not report.startswith(RECORD_FOLDERS):
+            return [f"{where}: {report!r} is not under {' or '.join(RECORD_FOLDERS)}"]
+        path = report
+    else:
+        path = report_path(report).relative_to(ROOT).as_posix()
+    text = read(path)
+    if text is None:
+        return [f"{where}: no recorded report {report!r} ({path})"]
+    if shows is not None and not (isinstance(shows, str) and collapse(shows) in collapse(text)):
+        return [f"{where}: {path} does not show {shows!r}"]
+    return []
 
 
 def uncovered(text: str, entries: list[dict]) -> list[Sentence]:
@@ -419,10 +484,16 @@ FULL = [
 ]
 
 
-def fake_problems(
-    entries: list[dict], report_exists: Callable[[str], bool] = lambda name: name == "fake"
-) -> list[str]:
-    return entry_problems(FAKE, entries, report_exists)
+FAKE_FILES = {
+    "src/qkv_lab/results/fake.json": '{"ms": 2.5}',
+    "benchmarks/gpu/run/tests.txt": "2 failed,\n 234 passed",
+    "docs/figures/fake.py": "N = 64\nassert N % 8 == 0\n",
+    "tests/library/test_fake.py": "def test_zeros():\n    pass\n",
+}
+
+
+def fake_problems(entries: list[dict], files: dict[str, str] = FAKE_FILES) -> list[str]:
+    return entry_problems(FAKE, entries, files.get)
 
 
 def test_a_complete_fake_ledger_passes() -> None:
@@ -505,6 +576,46 @@ def test_rule_4_a_benchmark_needs_a_recorded_report() -> None:
     entry = {"claim": "It ran 2.5x faster", "kind": "benchmark", "report": "gone"}
     assert "no recorded report 'gone'" in fake_problems([entry])[0]
     assert report_path("decoding").is_file()  # a report that the articles read
+    assert read_repository_file("src/qkv_lab/results/decoding.json")
+    assert read_repository_file("src/qkv_lab/results/gone.json") is None
+
+
+def test_rule_4_a_recorded_file_must_exist_and_show_what_the_entry_says() -> None:
+    entry = {"claim": "It ran 2.5x faster", "kind": "benchmark"}
+    record = {**entry, "report": "benchmarks/gpu/run/tests.txt", "shows": "2 failed, 234 passed"}
+    assert fake_problems([record]) == []
+    assert fake_problems([{**entry, "report": "fake", "shows": '"ms": 2.5'}]) == []
+    wrong = {**record, "shows": "0 failed"}
+    assert "does not show '0 failed'" in fake_problems([wrong])[0]
+    gone = {**record, "report": "benchmarks/gpu/run/gone.txt"}
+    assert "no recorded report" in fake_problems([gone])[0]
+    elsewhere = {**record, "report": "docs/figures/fake.py"}
+    assert "is not under benchmarks/" in fake_problems([elsewhere])[0]
+
+
+def test_rule_2_a_backing_in_a_file_must_be_there_and_check_it() -> None:
+    entry = {"claim": "a list item with 8 heads", "file": "docs/figures/fake.py"}
+    assert fake_problems([{**entry, "kind": "setting", "block": "N = 64"}]) == []
+    assert fake_problems([{**entry, "kind": "assert", "block": "assert N % 8 == 0"}]) == []
+    assert (
+        "neither an assert nor a test"
+        in fake_problems([{**entry, "kind": "assert", "block": "N = 64"}])[0]
+    )
+    assert (
+        "is not in docs/figures/fake.py"
+        in fake_problems([{**entry, "kind": "setting", "block": "N = 32"}])[0]
+    )
+    test = {
+        **entry,
+        "kind": "assert",
+        "file": "tests/library/test_fake.py",
+        "block": "def test_zeros",
+    }
+    assert fake_problems([test]) == []
+    gone = {**test, "file": "tests/library/test_gone.py"}
+    assert "no file 'tests/library/test_gone.py'" in fake_problems([gone])[0]
+    outside = {**test, "file": "README.md"}
+    assert "is not under docs/blog/posts/" in fake_problems([outside])[0]
 
 
 def test_rule_5_every_uncovered_sentence_is_reported_with_its_line() -> None:
