@@ -349,6 +349,11 @@ def _hint(
             ".T reverses every axis of a batched tensor: transpose the last two, "
             "x.transpose(-2, -1) (or x.mT)"
         )
+    if any("Implicit dimension choice for softmax" in warned for warned in failed.warned):
+        return (
+            "softmax without dim= picks the axis from the tensor's number of axes: "
+            "pass dim=-1, the keys"
+        )
     if failed.error is not None:
         known = _known_error(exercise, failed.error, said, device)
         if known:

@@ -78,6 +78,10 @@ ATTENTION = Exercise(
         ),
         Mistake(NO_MAX, lambda q, k, v: attend(q, k, v, softmax=naive_softmax)),
         Mistake(
+            "the softmax is missing: weights = softmax(scores, dim=-1), then weights @ v",
+            lambda q, k, v: q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) @ v,
+        ),
+        Mistake(
             "these are the attention weights: multiply them by v",
             lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1),
         ),

@@ -295,6 +295,10 @@ LAYER_NORM = Exercise(
             lambda x, weight, bias, eps: normalise(x, 1.0, 0.0, eps),
         ),
         Mistake(
+            "weight and bias apply after normalising: x_hat * weight + bias",
+            lambda x, weight, bias, eps: normalise(x * weight + bias, 1.0, 0.0, eps),
+        ),
+        Mistake(
             "weight and bias are swapped: weight multiplies, bias adds",
             lambda x, weight, bias, eps: normalise(x, bias, weight, eps),
         ),

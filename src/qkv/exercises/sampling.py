@@ -46,7 +46,10 @@ def nucleus(
     """Top-p as readers write it, with the knobs their mistakes turn."""
     ordered, order = probs.sort(dim=-1, descending=descending)  # (..., V)
     mass = ordered.cumsum(axis)
-    keep = (mass - ordered < p) if include_crossing else (mass <= p)
+    if include_crossing == "strict":
+        keep = mass < p
+    else:
+        keep = (mass - ordered < p) if include_crossing else (mass <= p)
     kept = ordered * (~keep if inverted else keep)
     if norm:
         kept = kept / kept.sum(-1, keepdim=True)
@@ -66,6 +69,11 @@ TOP_P = Exercise(
             "the token that carries the mass past p is dropped: keep a token while the mass of the "
             "tokens before it is below p, so the nucleus reaches p",
             lambda probs, p: nucleus(probs, p, include_crossing=False),
+        ),
+        Mistake(
+            "the token that carries the mass past p is dropped: keep a token while the mass of the "
+            "tokens before it is below p, so the nucleus reaches p",
+            lambda probs, p: nucleus(probs, p, include_crossing="strict"),
         ),
         Mistake(
             "the kept probabilities do not sum to 1: divide them by their sum",

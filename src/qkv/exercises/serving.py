@@ -33,10 +33,12 @@ def gather_cases(gen: torch.Generator) -> list[Case]:
 def gathered(pages, block_table, length, order="table", heads_first=True, cut=True) -> Tensor:
     """The lookup as readers write it, with the knobs their mistakes turn."""
     n = len(block_table)
-    if order == "sorted":
+    if order == "pool":
+        chosen = pages[:n]  # the pool's first pages
+    elif order == "sorted":
         chosen = pages[block_table.sort().values]  # the table's pages, in the pool's order
     else:
-        chosen = pages[block_table] if order == "table" else pages[:n]  # (n, H, page_size, D)
+        chosen = pages[block_table]  # (n, H, page_size, D)
     if not heads_first:
         tokens = chosen.reshape(pages.size(1), -1, pages.size(-1))  # heads and pages mixed
     elif order == "slots first":
