@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 import qkv
-from qkv.exercises.calls import BUDGET_S, Call, call, copies
+from qkv.exercises import calls
+from qkv.exercises.calls import Call, call, copies
 from qkv.exercises.catalogue import EXERCISES
 from qkv.exercises.exercise import Case, Exercise, Mistake
 from qkv.exercises.observe import observe
@@ -182,7 +183,7 @@ def _verdict(
     """What is wrong with one call, in lines, and which output is wrong; no lines when nothing is."""
     if made.over_budget:
         return [
-            f"{caller} was stopped after {BUDGET_S:.0f} s on this case, which the reference "
+            f"{caller} was stopped after {calls.BUDGET_S:.0f} s on this case, which the reference "
             "computes in milliseconds"
         ], None
     if made.error is not None:

@@ -19,6 +19,8 @@ def observe(got: Tensor, expected: Tensor, close) -> str | None:
     """One sentence about how `got` relates to `expected`, or None; `close(a, b)` compares values."""
     if got.shape != expected.shape:
         return _reshaped(got, expected, close)
+    if close(got, expected):
+        return None
     if expected.dtype == torch.bool:
         return _shifted(got, expected, close) or _rows(got, expected, close)
     if not got.isfinite().all():
@@ -57,6 +59,8 @@ def _scaled(got: Tensor, expected: Tensor, close) -> str | None:
     ratio = (got[big] / expected[big]).double()
     factor = ratio.median().item()
     if math.isfinite(factor) and close(got, expected * factor):
+        if factor == 0:
+            return "observed: every value is 0"
         return f"observed: every value is {factor:.4g} times the expected one"
     if expected.dim() >= 1 and expected.size(-1) > 1:
         safe = torch.where(big, expected, torch.ones_like(expected))
