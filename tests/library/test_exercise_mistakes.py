@@ -9,7 +9,7 @@ report of issue 39.
 """
 
 # The learners' functions use the articles' names: L, S, D, H, W, U.
-# ruff: noqa: N803, N806, E731
+# ruff: noqa: N803, N806
 
 import math
 
@@ -163,7 +163,7 @@ def linear(q, k, v, f=phi, z_col=True):
 
 def stream(x, window, sinks, recent=None):
     T = x.size(-2)
-    if T <= window:
+    if window >= T:
         return x
     recent = window - sinks if recent is None else recent
     return torch.cat([x[..., :sinks, :], x[..., T - recent :, :]], -2)
