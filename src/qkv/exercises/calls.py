@@ -61,14 +61,19 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
     args = copies(case)
     result = Call()
     watch = _Largest() if case.largest is not None else contextlib.nullcontext()
-    start = time.monotonic()
-    with warnings.catch_warnings(record=True) as caught, _budget(what, start):
+    start, running = time.monotonic(), [True]
+    warn_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # torch's warn-once warnings, every time: each call is seen alone
+    with warnings.catch_warnings(record=True) as caught, _budget(what, start, running):
         warnings.simplefilter("always")
         try:
             with watch:
                 result.value = fn(*args)
         except (Exception, SystemExit, OverBudget) as error:  # KeyboardInterrupt still interrupts
             result.error = error
+        finally:
+            running[0] = False
+            torch.set_warn_always(warn_always)
     result.seconds = time.monotonic() - start
     result.warned = [f"{w.category.__name__}: {w.message}" for w in caught]
     if isinstance(watch, _Largest):
@@ -113,7 +118,7 @@ class _Largest(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def _budget(what: str, start: float) -> Iterator[None]:
+def _budget(what: str, start: float, running: list[bool]) -> Iterator[None]:
     """Progress every PROGRESS_S seconds and OverBudget after BUDGET_S, where SIGALRM can deliver them."""
     if (
         not hasattr(signal, "setitimer")
@@ -123,6 +128,8 @@ def _budget(what: str, start: float) -> Iterator[None]:
         return
 
     def tick(signum, frame) -> None:
+        if not running[0]:  # the function has returned: nothing to stop
+            return
         elapsed = time.monotonic() - start
         if elapsed >= BUDGET_S:
             raise OverBudget

@@ -28,8 +28,8 @@ def observe(got: Tensor, expected: Tensor, close) -> str | None:
     return (
         _scaled(got, expected, close)
         or _offset(got, expected, close)
-        or _permuted(got, expected, close)
         or _shifted(got, expected, close)
+        or _permuted(got, expected, close)
         or _rows(got, expected, close)
     )
 
@@ -89,7 +89,8 @@ def _permuted(got: Tensor, expected: Tensor, close) -> str | None:
 def _shifted(got: Tensor, expected: Tensor, close) -> str | None:
     for axis in range(-1, -got.dim() - 1, -1):
         n = got.size(axis)
-        for step in (s for k in range(1, min(MAX_SHIFT, n - 1) + 1) for s in (k, -k)):
+        longest = min(MAX_SHIFT, n // 2)  # the moved part overlaps half the axis at least
+        for step in (s for k in range(1, longest + 1) for s in (k, -k)):
             mine = got.narrow(axis, max(step, 0), n - abs(step))
             theirs = expected.narrow(axis, max(-step, 0), n - abs(step))
             if close(mine, theirs) and not close(
