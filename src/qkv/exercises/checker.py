@@ -142,8 +142,10 @@ def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
         else:
             message = f"{exercise.name}: passed all {len(cases)} cases"
             return Result(exercise.name, "passed", len(cases), len(cases), message)
-        if not made[index].over_budget:  # the later cases, to confirm a hint on more than one
-            made += [_call(fn, cases, later, device) for later in range(index + 1, len(cases))]
+        for later in range(index + 1, len(cases)):  # to confirm a hint on more than one case
+            if made[-1].over_budget:
+                break
+            made.append(_call(fn, cases, later, device))
         hint = _hint(exercise, cases, expected, made, index, device)
         seen = None if hint else _observed(exercise, expected[index], made[index], position)
     head = [f"{exercise.name}: failed case {index + 1} of {len(cases)}"]
@@ -160,7 +162,7 @@ def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
 
 def _call(fn: Callable[..., object], cases: list[Case], index: int, device: torch.device) -> Call:
     what = f"case {index + 1} of {len(cases)} ({cases[index].label})"
-    with torch.device(device):
+    with contextlib.nullcontext() if device.type == "cpu" else torch.device(device):
         return call(fn, cases[index], what)
 
 
@@ -192,10 +194,10 @@ def _verdict(
     if lines:
         return lines, position
     if made.changed:
-        names = ", ".join(made.changed)
+        changed = ", ".join(made.changed)
         return [
             f"right values, but {caller} changed its input{'s' * (len(made.changed) > 1)} "
-            f"{names} in place: the caller's tensors must stay as they were; make new ones "
+            f"{changed} in place: the caller's tensors must stay as they were; make new ones "
             "(x = x * a, not x *= a)"
         ], None
     if case.largest is not None and made.largest[0] >= case.largest:
