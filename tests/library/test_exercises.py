@@ -7,7 +7,9 @@ checker's references and of its models of the mistakes.
 # The readers' functions use the articles' names: L, S, D, H, W, U.
 # ruff: noqa: N803, N806
 
+import contextlib
 import math
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 from qkv.exercises import Result, check, names
-from qkv.exercises.catalogue import EXERCISES
 
 CATALOGUE = [
     "queries-keys-values/attention",
@@ -132,8 +133,9 @@ def online_softmax(q, k, v, block_size):
 
 
 def linear_attention(q, k, v):
-    weights = (F.elu(q) + 1) @ (F.elu(k) + 1).mT  # (..., L, S), quadratic but the same numbers
-    return weights @ v / weights.sum(-1, keepdim=True)
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    state = torch.einsum("...sd,...se->...de", phi_k, v)  # (..., D, Dv)
+    return phi_q @ state / (phi_q * phi_k.sum(-2, keepdim=True)).sum(-1, keepdim=True)
 
 
 def streaming_window(x, window, sinks):
@@ -588,13 +590,6 @@ def test_a_known_mistake_fails_with_its_hint(name, wrong, phrase, capsys):
     assert result.message.startswith(f"{name}: failed case {result.cases + 1} of {result.total}\n")
 
 
-def test_every_hint_has_a_wrong_function_that_triggers_it():
-    for exercise in EXERCISES:
-        phrases = [phrase for name, _, phrase in WRONG if name == exercise.name]
-        for hint in {mistake.hint for mistake in exercise.mistakes}:
-            assert sum(phrase in hint for phrase in phrases) == 1, (exercise.name, hint)
-
-
 # --- right solutions written another way ------------------------------------------------------------------
 
 
@@ -606,13 +601,13 @@ def causal_mask_by_triu(L, S, alignment):
     return ~torch.ones(L, S, dtype=torch.bool).triu(offset(L, S, alignment) + 1)
 
 
-def rope_in_float32(x, positions, base):
-    """The rotate-half form with the angles in float32, as Hugging Face computes them."""
+def rope_by_rotate_half(x, positions, base):
+    """The rotate-half form of Hugging Face, with the angles in float64."""
     D = x.size(-1)
-    inv_freq = 1.0 / base ** (torch.arange(0, D, 2).float() / D)
-    angles = torch.cat([positions[:, None].float() * inv_freq] * 2, dim=-1)  # (N, D)
+    inv_freq = 1.0 / base ** (torch.arange(0, D, 2).double() / D)
+    angles = torch.cat([positions[:, None].double() * inv_freq] * 2, dim=-1)  # (N, D)
     rotated = torch.cat([-x[..., D // 2 :], x[..., : D // 2]], dim=-1)
-    return (x * angles.cos() + rotated * angles.sin()).to(x.dtype)
+    return x * angles.cos().to(x.dtype) + rotated * angles.sin().to(x.dtype)
 
 
 def layer_norm_by_rsqrt(x, weight, bias, eps):
@@ -636,7 +631,7 @@ ANOTHER_WAY = [
         "multi-head-attention/merge-heads",
         lambda x: x.transpose(1, 2).contiguous().view(*x.shape[::2], -1),
     ),
-    ("positions/rope", rope_in_float32),
+    ("positions/rope", rope_by_rotate_half),
     ("transformer-block/layer-norm", layer_norm_by_rsqrt),
     (
         "efficient-attention/linear-attention",
@@ -657,11 +652,11 @@ def test_a_solution_written_another_way_passes(name, solution, capsys):
 # --- generic wrong answers ---------------------------------------------------------------------------------
 
 
-HEAD = "queries-keys-values/attention: failed case 1 of 10\ncase (small): q (3, 4), k (3, 4), v (3, 4), all float64\n"
+HEAD = "queries-keys-values/attention: failed case 1 of 11\ncase (small): q (3, 4), k (3, 4), v (3, 4), all float64\n"
 
 
 def test_zeros_fail_with_their_own_hint(capsys):
-    result = run(ATTENTION, lambda q, k, v: torch.zeros_like(q), capsys)
+    result = run(ATTENTION, lambda q, k, v: 0 * attention(q, k, v), capsys)
     assert not result
     assert result.message.startswith(HEAD + "wrong values: 12 of 12 differ; the largest error is ")
     assert result.message.endswith("hint: every value is 0")
@@ -853,13 +848,159 @@ def test_the_global_random_state_and_threads_are_left_alone(capsys):
     assert torch.get_num_threads() == threads
 
 
-def test_the_reader_cannot_change_the_cases(capsys):
+def test_a_function_that_changes_its_inputs_fails_and_says_which(capsys):
     def scribbling(q, k, v):
         out = attention(q, k, v)
-        q.zero_()  # in place, on the checker's inputs
+        q.zero_()  # in place, on the inputs
         return out
 
-    assert run(ATTENTION, scribbling, capsys)
+    result = run(ATTENTION, scribbling, capsys)
+    assert not result
+    assert result.cases == 0
+    assert "right values, but scribbling changed its input q in place" in result.message
+    assert result.hint is None
+
+
+def test_the_reader_cannot_change_the_cases(capsys):
+    """A function that scribbles on its inputs leaves the next case, and the next check, as they were."""
+
+    def scribbling(q, k, v):
+        out = attention(q, k, v)
+        q.zero_()
+        return out
+
+    run(ATTENTION, scribbling, capsys)
+    assert run(ATTENTION, attention, capsys)
+
+
+# --- robust verdicts ---------------------------------------------------------------------------------------
+
+
+def test_a_result_on_another_device_names_the_device(capsys):
+    result = run(ATTENTION, lambda q, k, v: attention(q, k, v).to("meta"), capsys)
+    assert not result
+    message = result.message.replace("\n  ", " ")
+    assert "a tensor on the device meta, not on cpu where the inputs are" in message
+
+
+def test_another_default_device_names_it_instead_of_crashing(capsys, monkeypatch):
+    """As with torch.set_default_device("cuda"); meta stands for it (its first operations import for
+    seconds, so the reader's function here fails as torch would, without running one)."""
+
+    def padding(lengths, S):
+        assert torch.get_default_device().type == "meta"
+        raise RuntimeError("Expected all tensors to be on the same device, but found meta and cpu")
+
+    monkeypatch.setattr(torch, "get_default_device", lambda: torch.device("meta"))
+    result = run("masking/padding-mask", padding, capsys)
+    assert not result
+    assert "case (small): lengths [2], S=3" in result.message  # the cases are made on the cpu
+    assert result.hint.startswith("torch's default device is meta (torch.set_default_device)")
+
+
+def test_a_slow_function_is_stopped_and_shows_progress(capsys, monkeypatch):
+    from qkv.exercises import calls
+
+    monkeypatch.setattr(calls, "BUDGET_S", 0.3)
+    monkeypatch.setattr(calls, "PROGRESS_S", 0.1)
+
+    def sleepy(q, k, v):
+        time.sleep(5)
+        return attention(q, k, v)
+
+    started = time.monotonic()
+    result = check(ATTENTION, sleepy)
+    printed = capsys.readouterr().out
+    assert time.monotonic() - started < 3
+    assert not result
+    assert "... case 1 of 11 (small): still running after 0 s" in printed
+    assert printed.endswith(result.message + "\n")
+    assert "sleepy was stopped after 0 s on this case" in result.message.replace("\n  ", " ")
+
+
+def test_a_budget_the_reader_cannot_catch(capsys, monkeypatch):
+    from qkv.exercises import calls
+
+    monkeypatch.setattr(calls, "BUDGET_S", 0.2)
+
+    def stubborn(q, k, v):
+        while True:
+            with contextlib.suppress(Exception):  # a catch-all does not swallow the budget
+                time.sleep(1)
+
+    result = check(ATTENTION, stubborn)
+    capsys.readouterr()
+    assert "stubborn was stopped" in result.message
+
+
+def test_system_exit_is_reported_like_any_error(capsys):
+    def leaving(q, k, v):
+        raise SystemExit(3)
+
+    result = run(ATTENTION, leaving, capsys)
+    assert "leaving raised SystemExit: 3" in result.message
+
+
+def test_keyboard_interrupt_still_interrupts():
+    def interrupted(q, k, v):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        check(ATTENTION, interrupted)
+
+
+def test_a_warning_is_shown_and_never_raised(capsys):
+    def batched_t(q, k, v):
+        return torch.softmax(q @ k.T * q.size(-1) ** -0.5, -1) @ v
+
+    for _ in range(2):  # torch warns of .T once a process: the checker sees it on every call
+        result = run(ATTENTION, batched_t, capsys)
+        assert "it warned: UserWarning: The use of `x.T`" in result.message.replace("\n  ", " ")
+        assert result.hint.startswith(".T reverses every axis of a batched tensor")
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong", "cost"),
+    [
+        (
+            "flash-attention/online-softmax",
+            lambda q, k, v, block_size: attention(q, k, v),
+            "the full (L, S) scores",
+        ),
+        (
+            "flash-attention/online-softmax",
+            lambda q, k, v, block_size: torch.softmax(q @ k.mT * q.size(-1) ** -0.5, -1) @ v,
+            "the full (L, S) scores",
+        ),
+        (
+            "efficient-attention/linear-attention",
+            lambda q, k, v: (lambda w: w @ v / w.sum(-1, keepdim=True))(
+                (F.elu(q) + 1) @ (F.elu(k) + 1).mT
+            ),
+            "the (N, S) scores",
+        ),
+    ],
+    ids=["online-sdpa", "online-full-softmax", "linear-quadratic"],
+)
+def test_the_full_score_matrix_fails_where_tiles_or_linear_cost_are_asked(
+    name, wrong, cost, capsys
+):
+    result = run(name, wrong, capsys)
+    assert not result
+    message = result.message.replace("\n  ", " ")
+    assert "right values, but your function built a tensor of shape (2, " in message
+    assert f"the size of {cost}, which the exercise asks you never to hold" in message
+
+
+def test_checking_every_right_solution_takes_well_under_a_second(capsys):
+    for name, solution in SOLUTIONS.items():  # the first calls: imports and caches warmed
+        check(name, solution)
+    started = time.process_time()
+    for name, solution in SOLUTIONS.items():
+        assert check(name, solution)
+    elapsed = time.process_time() - started
+    capsys.readouterr()
+    assert elapsed < 0.5
 
 
 def test_the_result_is_short_to_print(capsys):

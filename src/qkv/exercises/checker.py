@@ -3,6 +3,7 @@
 The verdict formats are stated in `qkv.exercises`' docstring.
 """
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -19,8 +20,11 @@ import torch
 from torch import Tensor
 
 import qkv
+from qkv.exercises import calls
+from qkv.exercises.calls import Call, call, copies
 from qkv.exercises.catalogue import EXERCISES
-from qkv.exercises.exercise import Case, Exercise
+from qkv.exercises.exercise import Case, Exercise, Mistake
+from qkv.exercises.observe import observe
 
 SEED = 1706  # every case of every exercise comes from this seed: a reader and CI see the same ones
 WIDTH = 78  # characters a line may take: a notebook, and a phone held upright
@@ -120,27 +124,46 @@ def _exercise(name: object) -> Exercise:
 
 
 def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
-    cases = exercise.cases(torch.Generator().manual_seed(SEED))
-    caller = getattr(fn, "__name__", "<lambda>")
-    caller = "your function" if caller == "<lambda>" else caller
-    for index, case in enumerate(cases):
+    device = torch.get_default_device()  # the reader's: their function's new tensors go there
+    with contextlib.nullcontext() if device.type == "cpu" else torch.device("cpu"):
+        cases = exercise.cases(torch.Generator().manual_seed(SEED))
         with torch.no_grad():
-            expected = _outputs(exercise.reference(*_copies(case)))
-        try:
-            got = fn(*_copies(case))
-        except Exception as error:  # the reader's error, reported, never the checker's traceback
-            lines, hint = _raised(exercise, caller, error)
-        else:
-            if got is None and index == 0:
+            expected = [_outputs(exercise.reference(*copies(case))) for case in cases]
+        caller = getattr(fn, "__name__", "<lambda>")
+        caller = "your function" if caller == "<lambda>" else caller
+        made = []
+        for index, case in enumerate(cases):
+            made.append(_call(fn, cases, index, device))
+            if index == 0 and made[0].error is None and made[0].value is None:
                 return _not_attempted(exercise, caller, len(cases))
-            lines, hint = _compare(exercise, case, caller, expected, got)
-        if lines:
-            head = [f"{exercise.name}: failed case {index + 1} of {len(cases)}"]
-            head.append(f"case ({case.label}): {_describe(case.args)}")
-            message = _wrap([*head, *lines, *([f"hint: {hint}"] if hint else [])])
-            return Result(exercise.name, "failed", index, len(cases), message, hint)
-    message = f"{exercise.name}: passed all {len(cases)} cases"
-    return Result(exercise.name, "passed", len(cases), len(cases), message)
+            lines, position = _verdict(exercise, case, caller, expected[index], made[index])
+            if lines:
+                break
+        else:
+            message = f"{exercise.name}: passed all {len(cases)} cases"
+            return Result(exercise.name, "passed", len(cases), len(cases), message)
+        for later in range(index + 1, len(cases)):  # to confirm a hint on more than one case
+            if made[-1].over_budget:
+                break
+            made.append(_call(fn, cases, later, device))
+        hint = _hint(exercise, cases, expected, made, index, device)
+        seen = None if hint else _observed(exercise, expected[index], made[index], position)
+    head = [f"{exercise.name}: failed case {index + 1} of {len(cases)}"]
+    head.append(f"case ({case.label}): {_describe(case.args)}")
+    warned = (
+        [f"  it warned: {textwrap.shorten(made[index].warned[0], 160)}"]
+        if made[index].warned
+        else []
+    )
+    tail = [f"hint: {hint}"] if hint else [seen] if seen else []
+    message = _wrap([*head, *lines, *warned, *tail])
+    return Result(exercise.name, "failed", index, len(cases), message, hint)
+
+
+def _call(fn: Callable[..., object], cases: list[Case], index: int, device: torch.device) -> Call:
+    what = f"case {index + 1} of {len(cases)} ({cases[index].label})"
+    with contextlib.nullcontext() if device.type == "cpu" else torch.device(device):
+        return call(fn, cases[index], what)
 
 
 def _not_attempted(exercise: Exercise, caller: str, total: int) -> Result:
@@ -152,13 +175,38 @@ def _not_attempted(exercise: Exercise, caller: str, total: int) -> Result:
     return Result(exercise.name, "not attempted", 0, total, _wrap(lines))
 
 
-def _copies(case: Case) -> list[object]:
-    """The case's arguments, tensors copied: neither the reader nor a reference can change them."""
-    return [value.clone() if isinstance(value, Tensor) else value for value in case.args.values()]
-
-
 def _outputs(value: object) -> tuple:
     return value if isinstance(value, tuple) else (value,)
+
+
+def _verdict(
+    exercise: Exercise, case: Case, caller: str, expected: tuple, made: Call
+) -> tuple[list[str], int | None]:
+    """What is wrong with one call, in lines, and which output is wrong; no lines when nothing is."""
+    if made.over_budget:
+        return [
+            f"{caller} was stopped after {calls.BUDGET_S:.0f} s on this case, which the reference "
+            "computes in milliseconds"
+        ], None
+    if made.error is not None:
+        return _raised(caller, made.error), None
+    lines, position = _compare(exercise, case, caller, expected, made.value)
+    if lines:
+        return lines, position
+    if made.changed:
+        changed = ", ".join(made.changed)
+        return [
+            f"right values, but {caller} changed its input{'s' * (len(made.changed) > 1)} "
+            f"{changed} in place: the caller's tensors must stay as they were; make new ones "
+            "(x = x * a, not x *= a)"
+        ], None
+    if case.largest is not None and made.largest[0] >= case.largest:
+        numel, shape = made.largest
+        return [
+            f"right values, but {caller} built a tensor of shape {shape}, {numel} entries: the "
+            f"size of {case.cost}, which the exercise asks you never to hold"
+        ], None
+    return [], None
 
 
 # --- comparing ---------------------------------------------------------------------------------------------
@@ -166,8 +214,8 @@ def _outputs(value: object) -> tuple:
 
 def _compare(
     exercise: Exercise, case: Case, caller: str, expected: tuple, got: object
-) -> tuple[list[str], str | None]:
-    """The lines that say how `got` differs from `expected`, and the hint; no lines when it does not."""
+) -> tuple[list[str], int | None]:
+    """The lines that say how `got` differs from `expected`, and which output; none when it does not."""
     outputs = exercise.outputs
     if len(outputs) > 1:
         wanted = f"({', '.join(outputs)})"
@@ -182,8 +230,7 @@ def _compare(
         prefix, returned = (f"{output}: ", "") if len(outputs) > 1 else ("", f"{caller} returned ")
         lines = _difference(mine, theirs, tolerance, returned)
         if lines:
-            hint = _hint(exercise, case, position, mine, theirs)
-            return [prefix + lines[0], *lines[1:]], hint
+            return [prefix + lines[0], *lines[1:]], position
     return [], None
 
 
@@ -193,15 +240,32 @@ def _difference(got: object, expected: Tensor, tolerance: tuple | None, returned
         return [f"{returned}None for this case: does every path end in a return?"]
     if not isinstance(got, Tensor):
         return [f"{returned}{'None' if got is None else _kind(got)}, not a torch.Tensor"]
+    if got.device != expected.device:
+        return [
+            f"{returned}a tensor on the device {got.device}, not on {expected.device} where the "
+            "inputs are: make new tensors with device=<an input>.device"
+        ]
     if got.shape != expected.shape:
         return [f"wrong shape: expected {_shape(expected)}, got {_shape(got)}"]
     if got.dtype != expected.dtype:
+        if _additive(got, expected):
+            return [
+                f"wrong dtype: expected {_dtype(expected)}, got {_dtype(got)}: that is an "
+                "additive mask (0 = attend, -inf = not); return the bool mask, True = may attend"
+            ]
         right = not got.is_complex() and _close(_cast(got, expected.dtype), expected, tolerance)
         note = " (the values are right)" if right else ""
         return [f"wrong dtype: expected {_dtype(expected)}, got {_dtype(got)}{note}"]
     if _close(got, expected, tolerance):
         return []
     return _wrong_values(got, expected, tolerance)
+
+
+def _additive(got: Tensor, expected: Tensor) -> bool:
+    """A float mask of 0 and -inf where a bool one is expected."""
+    if expected.dtype != torch.bool or not got.is_floating_point():
+        return False
+    return bool(((got == 0) | (got == -math.inf)).all() and (got == -math.inf).any())
 
 
 def _close(got: Tensor, expected: Tensor, tolerance: tuple | None) -> bool:
@@ -269,60 +333,169 @@ def _grids(expected: Tensor, got: Tensor) -> list[str]:
 
 
 def _hint(
-    exercise: Exercise, case: Case, position: int, got: object, expected: Tensor
+    exercise: Exercise,
+    cases: list[Case],
+    expected: list[tuple],
+    made: list[Call],
+    index: int,
+    device: torch.device,
 ) -> str | None:
-    """The hint of the first known mistake whose output here is the reader's (and not the right one)."""
-    for mistake in exercise.mistakes:
-        try:
-            with torch.no_grad():
-                wrong = _outputs(mistake.output(*_copies(case)))[position]
-        except Exception:  # a mistake that cannot run on this case is not this reader's
-            continue
-        if not _same(wrong, expected, case.tolerance) and _same(got, wrong, case.tolerance):
-            return mistake.hint
-    return _generic_hint(case, got, expected)
+    """The cause of the failure at `index`, if it is certain.
 
-
-def _generic_hint(case: Case, got: object, expected: Tensor) -> str | None:
-    """Wrong answers of any exercise: zeros, an input handed back, the result transposed."""
-    if not isinstance(got, Tensor):
+    From the error itself, or from a known mistake that does what the reader's function does on every
+    case (the same values, or the same kind of error) and differs from the reference on two cases or more.
+    """
+    failed = made[index]
+    said = str(failed.error) if failed.error is not None else ""
+    if any("`x.T`" in warned for warned in failed.warned):
+        return (
+            ".T reverses every axis of a batched tensor: transpose the last two, "
+            "x.transpose(-2, -1) (or x.mT)"
+        )
+    if any("Implicit dimension choice for softmax" in warned for warned in failed.warned):
+        return (
+            "softmax without dim= picks the axis from the tensor's number of axes: "
+            "pass dim=-1, the keys"
+        )
+    if failed.error is not None:
+        known = _known_error(exercise, failed.error, said, device)
+        if known:
+            return known
+    if any(m.over_budget for m in made) or len(made) < len(cases):
         return None
-    if got.numel() and not got.any() and expected.any():
-        return "every entry is False" if got.dtype == torch.bool else "every value is 0"
-    for name, value in case.args.items():
-        if _same(got, value, case.tolerance) and not _same(expected, value, case.tolerance):
-            return f"that is the input {name}, unchanged"
-    if expected.dim() >= 2 and _same(got, expected.transpose(-2, -1), case.tolerance):
-        return "that is the right result transposed: its last two axes are swapped"
+    candidates = list(exercise.mistakes)
+    if len(exercise.outputs) == 1:
+        candidates += _generic_mistakes(cases[index], expected[index])
+    for mistake in candidates:
+        if _confirmed(exercise, mistake, cases, expected, made):
+            return mistake.hint
     return None
 
 
-def _raised(exercise: Exercise, caller: str, error: Exception) -> tuple[list[str], str | None]:
-    """What the reader's exception says, where in their code it came from, and a hint if one is known."""
-    text = str(error).strip().splitlines()
-    said = textwrap.shorten(text[0], 200) if text else ""
-    lines = [f"{caller} raised {type(error).__name__}" + (f": {said}" if said else "")]
-    frames = [
+def _confirmed(
+    exercise: Exercise, mistake: Mistake, cases: list[Case], expected: list[tuple], made: list[Call]
+) -> bool:
+    differs = 0
+    for case, right, mine in zip(cases, expected, made, strict=True):
+        theirs = _behaviour(mistake, case, right)
+        if not _agree(exercise, mine, theirs, case):
+            return False
+        differs += isinstance(theirs, BaseException) or not _all_same(theirs, right, case)
+    return differs >= 2
+
+
+def _behaviour(mistake: Mistake, case: Case, right: tuple) -> tuple | BaseException:
+    try:
+        with torch.no_grad():
+            if isinstance(mistake, Generic):
+                return _outputs(mistake.output(case, right))
+            return _outputs(mistake.output(*copies(case)))
+    except Exception as error:
+        return error
+
+
+def _agree(exercise: Exercise, mine: Call, theirs: tuple | BaseException, case: Case) -> bool:
+    """The reader's call and a mistake did the same: the same kind of error, or the same outputs."""
+    if mine.error is not None or isinstance(theirs, BaseException):
+        return type(mine.error) is type(theirs)
+    got = mine.value if len(exercise.outputs) > 1 else (mine.value,)
+    if not isinstance(got, tuple | list) or len(got) != len(theirs):
+        return False
+    return _all_same(tuple(got), theirs, case)
+
+
+def _all_same(got: tuple, other: tuple, case: Case) -> bool:
+    """The same outputs: shapes, dtypes and values (within the case's tolerance)."""
+    return all(
+        isinstance(a, Tensor)
+        and isinstance(b, Tensor)
+        and a.dtype == b.dtype
+        and a.device == b.device
+        and _same(a, b, case.tolerance)
+        for a, b in zip(got, other, strict=True)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Generic(Mistake):
+    """A wrong answer of any exercise: `output(case, expected)` from the case and the right result."""
+
+
+def _generic_mistakes(case: Case, expected: tuple) -> list[Mistake]:
+    """Every value 0, an input handed back, the result transposed."""
+    (right,) = expected
+    zero = "every entry is False" if right.dtype == torch.bool else "every value is 0"
+    generic = [Generic(zero, lambda case, right: torch.zeros_like(right[0]))]
+    for name in case.args:
+        generic.append(
+            Generic(
+                f"that is the input {name}, unchanged",
+                lambda case, right, name=name: case.args[name],
+            )
+        )
+    generic.append(
+        Generic(
+            "that is the right result transposed: its last two axes are swapped",
+            lambda case, right: right[0].transpose(-2, -1),
+        )
+    )
+    return generic
+
+
+def _known_error(exercise: Exercise, error: BaseException, said: str, device) -> str | None:
+    """A hint that the error's own text makes certain."""
+    if device.type != "cpu" and "device" in said:
+        return (
+            f"torch's default device is {device} (torch.set_default_device): the tensors your "
+            "function makes without device= are there, the inputs on cpu; pass device=x.device"
+        )
+    if "view size is not compatible" in said:
+        return "view needs a contiguous tensor: use .reshape, or .contiguous() before .view"
+    if "out of range" in said and "imension" in said:
+        return (
+            "an axis your code names is not in this case's inputs: count axes from the end "
+            "(-1 is the last), which works for any number of leading axes"
+        )
+    if "unexpected keyword argument 'diagonal'" in said:
+        return "diagonal= belongs to tril and triu, not to ones: torch.ones(L, S).tril(diagonal=d)"
+    frames = _readers_frames(error)
+    if not frames and isinstance(error, TypeError):
+        return f"check calls {exercise.signature}: does your function take these arguments?"
+    return None
+
+
+def _readers_frames(error: BaseException) -> list[traceback.FrameSummary]:
+    return [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
         if not frame.filename.startswith(LIBRARIES)
     ]
+
+
+def _raised(caller: str, error: BaseException) -> list[str]:
+    """What the reader's exception says and where in their code it came from."""
+    text = str(error).strip().splitlines()
+    said = textwrap.shorten(text[0], 200) if text else ""
+    lines = [f"{caller} raised {type(error).__name__}" + (f": {said}" if said else "")]
+    frames = _readers_frames(error)
     if frames:
         frame, code = frames[-1], (frames[-1].line or "").strip()
         lines.append(f"  at line {frame.lineno} of {frame.name}" + (f": {code}" if code else ""))
-    hint = None
-    if "view size is not compatible" in said:
-        hint = "view needs a contiguous tensor: use .reshape, or .contiguous() before .view"
-    elif "out of range" in said and "imension" in said:
-        hint = (
-            "an axis your code names is not in this case's inputs: count axes from the end "
-            "(-1 is the last), which works for any number of leading axes"
-        )
-    elif "unexpected keyword argument 'diagonal'" in said:
-        hint = "diagonal= belongs to tril and triu, not to ones: torch.ones(L, S).tril(diagonal=d)"
-    elif not frames and isinstance(error, TypeError):
-        hint = f"check calls {exercise.signature}: does your function take these arguments?"
-    return lines, hint
+    return lines
+
+
+def _observed(exercise: Exercise, expected: tuple, made: Call, position: int | None) -> str | None:
+    """What is seen of a wrong output, when no cause is certain."""
+    if position is None or made.error is not None:
+        return None
+    got = made.value[position] if len(exercise.outputs) > 1 else made.value
+    right = expected[position]
+    if not isinstance(got, Tensor) or got.device != right.device or got.is_complex():
+        return None
+    tolerance = TOLERANCE.get(right.dtype, (1e-2, 1e-3))
+    if got.dtype != right.dtype:
+        got = _cast(got, right.dtype)
+    return observe(got, right, lambda a, b: a.shape == b.shape and _close(a, b, tolerance))
 
 
 # --- text --------------------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ class Case:
     label: str
     args: dict[str, object]
     tolerance: tuple[float, float] | None = None  # (rtol, atol); None: the dtype's own
+    largest: int | None = None  # entries no tensor the reader's function makes may reach: its cost
+    cost: str = ""  # what `largest` stands for, in the verdict: "the full (L, S) scores"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,10 +113,16 @@ def attention_shapes() -> list[tuple[str, tuple, int, int, int, int, torch.dtype
     ]
 
 
-def large_scores(gen: torch.Generator, L: int, S: int) -> dict[str, object]:
-    """float32 q, k of whole numbers up to 30 with D = 4: scores in the thousands, exact in any order."""
+def large_scores(
+    gen: torch.Generator, L: int, S: int, dtype=torch.float32, low=-30, high=30
+) -> dict[str, object]:
+    """q, k of whole numbers in [low, high] with D = 4: scores in the thousands, exact in any order.
+
+    With `low` and `-high` alike and large, every score is far below zero: exp underflows unless the
+    row's own maximum is subtracted.
+    """
     return {
-        "q": integers(gen, 2, L, 4, low=-30, high=30),
-        "k": integers(gen, 2, S, 4, low=-30, high=30),
-        "v": normal(gen, 2, S, 4, dtype=torch.float32),
+        "q": integers(gen, 2, L, 4, low=low, high=high, dtype=dtype),
+        "k": integers(gen, 2, S, 4, low=-high, high=-low, dtype=dtype),
+        "v": normal(gen, 2, S, 4, dtype=dtype),
     }

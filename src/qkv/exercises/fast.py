@@ -3,6 +3,7 @@
 # The articles' names: S for the number of keys.
 # ruff: noqa: N806
 
+import dataclasses
 import math
 
 import torch
@@ -61,6 +62,12 @@ def cache_cases(gen: torch.Generator) -> list[Case]:
     ]
 
 
+def causal_step(cache_k, cache_v, q, k, v) -> tuple[Tensor, Tensor, Tensor]:
+    """Append, then attend with torch's top-left causal mask."""
+    keys, values = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
+    return F.scaled_dot_product_attention(q, keys, values, is_causal=True), keys, values
+
+
 FORGETS = (
     "the new token is missing from what q attends: append k and v to the caches first, "
     "then attend over all T + 1 keys"
@@ -94,6 +101,16 @@ CACHE_STEP = Exercise(
         ),
         Mistake(BY_D, lambda *args: appended(*args, scale=1 / args[2].size(-1))),
         Mistake(UNSCALED, lambda *args: appended(*args, scale=1.0)),
+        Mistake(
+            "is_causal=True aligns the mask top-left, so the one new query sees only the first "
+            "key; the newest token may see every key: no mask",
+            lambda ck, cv, q, k, v: causal_step(ck, cv, q, k, v),
+        ),
+        Mistake(
+            "the softmax runs over the one query (dim=-2), so every weight is 1: "
+            "softmax over the keys, dim=-1",
+            lambda *args: appended(*args, dim=-2),
+        ),
     ),
 )
 
@@ -101,14 +118,27 @@ CACHE_STEP = Exercise(
 # --- flash-attention/online-softmax ------------------------------------------------------------------------
 
 
-def online(q, k, v, block_size, scale=None, rescale=(True, True), track_max=True, tail=True):
+def online(
+    q,
+    k,
+    v,
+    block_size,
+    scale=None,
+    rescale=(True, True),
+    track_max=True,
+    tail=True,
+    start_max=-math.inf,
+    flip=False,
+    divide=True,
+):
     """Attention one key block at a time, as readers write it, with their mistakes' knobs.
 
-    `rescale` says whether the running sum and the accumulator are multiplied by `exp(m_old - m_new)`.
+    `rescale` says whether the running sum and the accumulator are multiplied by `exp(m_old - m_new)`
+    (`flip`: by `exp(m_new - m_old)`); the running max starts at `start_max`.
     """
     scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
     S = k.size(-2)
-    m = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)  # running max (..., L)
+    m = torch.full(q.shape[:-1], start_max, dtype=q.dtype)  # running max (..., L)
     total = torch.zeros(q.shape[:-1], dtype=q.dtype)  # running sum (..., L)
     acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)  # (..., L, Dv)
     for start in range(0, S if tail else S - S % block_size, block_size):
@@ -118,12 +148,12 @@ def online(q, k, v, block_size, scale=None, rescale=(True, True), track_max=True
         )
         scores = q @ k_block.transpose(-2, -1) * scale  # (..., L, n)
         m_new = torch.maximum(m, scores.amax(-1)) if track_max else torch.zeros_like(m)
-        alpha = torch.exp(m - m_new) if track_max else torch.ones_like(m)
+        alpha = torch.exp((m_new - m) if flip else (m - m_new)) if track_max else torch.ones_like(m)
         p = torch.exp(scores - m_new[..., None])  # (..., L, n)
         total = (total * alpha if rescale[0] else total) + p.sum(-1)
         acc = (acc * alpha[..., None] if rescale[1] else acc) + p @ v_block  # (..., L, Dv)
         m = m_new
-    return acc / total[..., None]
+    return acc / total[..., None] if divide else acc
 
 
 def online_cases(gen: torch.Generator) -> list[Case]:
@@ -135,13 +165,26 @@ def online_cases(gen: torch.Generator) -> list[Case]:
         ("length 1", (), 1, 1, 4, 4, 2, torch.float64),
         ("batch and heads", (2, 3), 4, 7, 8, 5, 3, torch.float64),
         ("float32", (2, 2), 5, 6, 4, 4, 4, torch.float32),
+        ("many keys, small blocks", (2,), 6, 16, 2, 3, 4, torch.float64),
     ]
     cases = [
         Case(label, {**attention_inputs(gen, batch, L, S, D, Dv, dtype), "block_size": block})
         for label, batch, L, S, D, Dv, block, dtype in rows
     ]
-    large = {**large_scores(gen, 3, 7), "block_size": 2}
-    return [*cases, Case("float32, large scores", large, LOOSE)]
+    watched = cases[-1]  # its full scores (2, 6, 16) outnumber its inputs and any tile
+    cases[-1] = dataclasses.replace(watched, largest=2 * 6 * 16, cost="the full (L, S) scores")
+    large = [  # (label, L, S, dtype, low, high)
+        ("float32, large scores", 3, 7, torch.float32, -30, 30),
+        ("float32, every score below -128", 3, 5, torch.float32, 8, 30),
+        ("float64, large scores", 2, 5, torch.float64, 20, 60),
+    ]
+    return [
+        *cases,
+        *(
+            Case(label, {**large_scores(gen, L, S, dtype, low, high), "block_size": 2}, LOOSE)
+            for label, L, S, dtype, low, high in large
+        ),
+    ]
 
 
 NO_RESCALE = (
@@ -169,6 +212,20 @@ ONLINE_SOFTMAX = Exercise(
         ),
         Mistake(BY_D, lambda q, k, v, block_size: online(q, k, v, block_size, 1 / q.size(-1))),
         Mistake(UNSCALED, lambda q, k, v, block_size: online(q, k, v, block_size, 1.0)),
+        Mistake(
+            "the running max starts at 0: a row whose scores are all below about -104 (float32) "
+            "underflows to 0 / 0; start it at -inf",
+            lambda *args: online(*args, start_max=0.0),
+        ),
+        Mistake(
+            "alpha is exp(m_old - m_new), at most 1: it shrinks what was summed under the "
+            "old, smaller max",
+            lambda *args: online(*args, flip=True),
+        ),
+        Mistake(
+            "the output is not divided by the running sum at the end: return acc / l",
+            lambda *args: online(*args, divide=False),
+        ),
     ),
 )
 
@@ -177,14 +234,19 @@ ONLINE_SOFTMAX = Exercise(
 
 
 def linear_cases(gen: torch.Generator) -> list[Case]:
-    return [Case(label, attention_inputs(gen, *shape)) for label, *shape in attention_shapes()]
+    cases = [Case(label, attention_inputs(gen, *shape)) for label, *shape in attention_shapes()]
+    watched = attention_inputs(gen, (2,), 12, 16, 2, 3)  # scores (2, 12, 16) outnumber the inputs
+    return [*cases, Case("many keys", watched, largest=2 * 12 * 16, cost="the (N, S) scores")]
 
 
-def kernelised(q, k, v, phi=lambda x: F.elu(x) + 1, normalised=True) -> Tensor:
+def kernelised(q, k, v, phi=lambda x: F.elu(x) + 1, normalised=True, column=True) -> Tensor:
     """Linear attention as readers write it, with their mistakes' knobs."""
     phi_q, phi_k = phi(q), phi(k)  # (..., L, D), (..., S, D)
     out = phi_q @ (phi_k.transpose(-2, -1) @ v)  # (..., L, Dv)
-    return out / (phi_q @ phi_k.sum(-2)[..., None]) if normalised else out
+    if not normalised:
+        return out
+    z = phi_k.sum(-2)  # (..., D)
+    return out / (phi_q @ z[..., None]) if column else out / (phi_q @ z)
 
 
 LINEAR_ATTENTION = Exercise(
@@ -207,6 +269,23 @@ LINEAR_ATTENTION = Exercise(
             "that is softmax attention; linear attention replaces exp(q . k / sqrt(D)) "
             "with phi(q) . phi(k), phi(x) = elu(x) + 1",
             attend,
+        ),
+        Mistake(
+            "phi(x) = elu(x) + 1, which is positive everywhere; relu(x) is 0 for every negative x",
+            lambda q, k, v: kernelised(q, k, v, phi=F.relu),
+        ),
+        Mistake(
+            "phi_q @ z is (..., N): make it a column, phi_q @ z[..., None], so that each query's "
+            "row is divided by its own normaliser",
+            lambda q, k, v: kernelised(q, k, v, column=False),
+        ),
+        Mistake(
+            "phi applies to q and k only; v enters as it is",
+            lambda q, k, v: kernelised(q, k, F.elu(v) + 1),
+        ),
+        Mistake(
+            "linear attention has no 1/sqrt(D) scale: phi(q) and phi(k) of q and k themselves",
+            lambda q, k, v: kernelised(q / math.sqrt(q.size(-1)), k, v),
         ),
     ),
 )
@@ -242,6 +321,14 @@ def merge_naive(out_a, lse_a, out_b, lse_b) -> tuple[Tensor, Tensor]:
     """The merge through exp(lse) itself, which overflows."""
     a, b = lse_a.exp()[..., None], lse_b.exp()[..., None]
     return (a * out_a + b * out_b) / (a + b), torch.log(a + b)[..., 0]
+
+
+def merge_literal(out_a, lse_a, out_b, lse_b) -> tuple[Tensor, Tensor]:
+    """The stable merge, with lse written as the formula reads: log(exp(lse_a) + exp(lse_b))."""
+    lse = torch.log(lse_a.exp() + lse_b.exp())
+    return torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[
+        ..., None
+    ] * out_b, lse
 
 
 def shares(lse_a: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
@@ -289,6 +376,29 @@ MERGE_PARTIALS = Exercise(
             "exp(lse) overflowed: weigh by exp(lse_a - lse) with lse = torch.logaddexp(lse_a, "
             "lse_b), which subtracts the larger lse first",
             merge_naive,
+        ),
+        Mistake(
+            "log(exp(lse_a) + exp(lse_b)) overflowed: write it as torch.logaddexp(lse_a, lse_b), "
+            "which subtracts the larger lse first",
+            merge_literal,
+        ),
+        Mistake(
+            "lse is (..., L): give the shares an axis, exp(lse_a - lse)[..., None], to weigh each "
+            "row of out",
+            lambda oa, la, ob, lb: (
+                torch.exp(la - torch.logaddexp(la, lb)) * oa
+                + torch.exp(lb - torch.logaddexp(la, lb)) * ob,
+                torch.logaddexp(la, lb),
+            ),
+        ),
+        Mistake(
+            "the shares are a softmax over the two blocks, not over the queries: "
+            "softmax(stack([lse_a, lse_b]), dim=0)",
+            lambda oa, la, ob, lb: (
+                torch.softmax(torch.stack([la, lb]), -1)[0][..., None] * oa
+                + torch.softmax(torch.stack([la, lb]), -1)[1][..., None] * ob,
+                torch.logaddexp(la, lb),
+            ),
         ),
     ),
 )

@@ -34,7 +34,15 @@ from qkv.masks import causal_mask, padding_mask
 
 def attention_cases(gen: torch.Generator) -> list[Case]:
     cases = [Case(label, attention_inputs(gen, *shape)) for label, *shape in attention_shapes()]
-    return [*cases, Case("float32, large scores", large_scores(gen, 3, 5), LOOSE)]
+    return [
+        *cases,
+        Case("float32, large scores", large_scores(gen, 3, 5), LOOSE),
+        Case(
+            "float64, every score below -800",
+            large_scores(gen, 2, 4, torch.float64, low=20, high=60),
+            LOOSE,
+        ),
+    ]
 
 
 ATTENTION = Exercise(
@@ -59,7 +67,20 @@ ATTENTION = Exercise(
             "the scores are k q^T, keys by queries: compute q @ k.transpose(-2, -1), (L, S)",
             lambda q, k, v: attend(k, q, v),
         ),
+        Mistake(
+            "the scores are multiplied by sqrt(d_k): divide them by it, the scale 1/sqrt(D)",
+            lambda q, k, v: attend(q, k, v, scale=math.sqrt(q.size(-1))),
+        ),
+        Mistake(
+            "the softmax runs over the first axis (dim=0): each query's weights over the keys, "
+            "the last axis, must sum to 1, softmax(dim=-1)",
+            lambda q, k, v: attend(q, k, v, dim=0),
+        ),
         Mistake(NO_MAX, lambda q, k, v: attend(q, k, v, softmax=naive_softmax)),
+        Mistake(
+            "the softmax is missing: weights = softmax(scores, dim=-1), then weights @ v",
+            lambda q, k, v: q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) @ v,
+        ),
         Mistake(
             "these are the attention weights: multiply them by v",
             lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1),
@@ -116,8 +137,38 @@ STABLE_SOFTMAX = Exercise(
             "the softmax normalises the wrong axis: each row, the last axis (dim=-1), must sum to 1",
             lambda scores: torch.softmax(scores, dim=0),
         ),
+        Mistake(
+            "sum(dim=-1) drops the axis, so each row is divided by the wrong sums: keep it with "
+            "keepdim=True",
+            lambda scores: unkept(scores - scores.amax(-1, keepdim=True)),
+        ),
+        Mistake(
+            "subtract each row's max, not its min: exp(x - min) still overflows",
+            lambda scores: naive_softmax(scores - scores.amin(-1, keepdim=True)),
+        ),
+        Mistake(
+            "the exponentials are shifted by the max but their sum is not: divide exp(x - max) "
+            "by the sum of exp(x - max)",
+            lambda scores: (
+                (scores - scores.amax(-1, keepdim=True)).exp() / scores.exp().sum(-1, keepdim=True)
+            ),
+        ),
+        Mistake(
+            "the rows are not divided by their sums: exp(x - max) / exp(x - max).sum(-1, keepdim=True)",
+            lambda scores: (scores - scores.amax(-1, keepdim=True)).exp(),
+        ),
+        Mistake(
+            "that is the log of the softmax (log_softmax): take exp(x - max) / its sum",
+            lambda scores: torch.log_softmax(scores, -1),
+        ),
     ),
 )
+
+
+def unkept(shifted: Tensor) -> Tensor:
+    """exp over a sum taken without keepdim, which broadcasts along the wrong axis (or fails)."""
+    e = shifted.exp()
+    return e / e.sum(-1)
 
 
 # --- masking/causal-mask -----------------------------------------------------------------------------------
@@ -181,6 +232,10 @@ CAUSAL_MASK = Exercise(
             ),
         ),
         Mistake(
+            "the alignments are swapped: top-left keeps j <= i, bottom-right j <= i + S - L",
+            lambda L, S, alignment: lower_triangle(L, S, S - L if alignment == "top_left" else 0),
+        ),
+        Mistake(
             "that is the upper triangle (triu): each query would see the future; causal keeps "
             "the lower triangle (tril)",
             lambda L, S, alignment: torch.ones(L, S, dtype=torch.bool).triu(
@@ -203,6 +258,7 @@ def padding_cases(gen: torch.Generator) -> list[Case]:
         ("no padding", [4, 4], 4),
         ("S longer than every sequence", [2, 5, 3, 1], 6),
         ("int32 lengths", [3, 2], 5),
+        ("as many sequences as positions", [3, 1, 2], 3),
     ]
     return [
         Case(
@@ -240,6 +296,22 @@ PADDING_MASK = Exercise(
         Mistake(
             "one padding key too many is kept: key j of a sequence of length n is real for j < n",
             lambda lengths, S: padding_mask(lengths.clamp(max=S - 1) + 1, S),
+        ),
+        Mistake(
+            "one real key is dropped: key j of a sequence of length n is real for j < n",
+            lambda lengths, S: padding_mask((lengths - 1).clamp(min=0), S),
+        ),
+        Mistake(
+            "the lengths need an axis of their own: torch.arange(S) < lengths[:, None] is (B, S); "
+            "a range against the (B,) lengths compares them one by one",
+            lambda lengths, S: (torch.arange(S) < lengths)[:, None, None, :],
+        ),
+        Mistake(
+            "that masks the padded queries too, (B, 1, S, S): the padding mask is over keys "
+            "only, (B, 1, 1, S), and broadcasts over the queries",
+            lambda lengths, S: (
+                padding_mask(lengths, S) & padding_mask(lengths, S).transpose(-2, -1)
+            ),
         ),
     ),
 )
@@ -316,5 +388,17 @@ ADDITIVE_SCORES = Exercise(
         Mistake(LINEAR_LAYOUT, lambda *args: bahdanau(*args, transpose_w=True)),
         Mistake(LINEAR_LAYOUT, lambda *args: bahdanau(*args, transpose_u=True)),
         Mistake(LINEAR_LAYOUT, lambda *args: bahdanau(*args, transpose_w=True, transpose_u=True)),
+        Mistake(
+            "v weighs the hidden units: hidden @ v, not their plain sum",
+            lambda query, keys, W, U, v: bahdanau(query, keys, W, U, torch.ones_like(v)),
+        ),
+        Mistake(
+            "v comes after the tanh: v . tanh(W q_i + U k_j), not tanh(v . (W q_i + U k_j))",
+            lambda *args: bahdanau(*args, combine=torch.add).tanh(),
+        ),
+        Mistake(
+            "these are the attention weights (a softmax of the scores): return the scores e_ij",
+            lambda *args: bahdanau(*args).softmax(-1),
+        ),
     ),
 )

@@ -126,6 +126,20 @@ def rope_cases(gen: torch.Generator) -> list[Case]:
         ("D = 2, positions in any order", (3, 2), [2, 0, 5], 10000.0, torch.float64),
         ("length 1", (1, 8), [7], 10000.0, torch.float64),
         ("float32", (2, 2, 5, 8), range(5), 10000.0, torch.float32),
+        (
+            "positions in the tens of thousands",
+            (3, 8),
+            [30001, 47000, 65535],
+            10000.0,
+            torch.float64,
+        ),
+        (
+            "float32, positions in the tens of thousands, base 5e5",
+            (2, 4, 16),
+            [40000, 51234, 60000, 65000],
+            500000.0,
+            torch.float32,
+        ),
     ]
     return [
         Case(
@@ -140,13 +154,23 @@ def rope_cases(gen: torch.Generator) -> list[Case]:
     ]
 
 
-def rope_by_index(x: Tensor, positions: Tensor, base: float) -> Tensor:
-    """Pair i turning at `base**(-i/D)`, twice as slow as it should for the last pairs."""
+def turned(x, positions, base, exponents=None, dtype=torch.float64, swap=False) -> Tensor:
+    """RoPE as readers write it, with their mistakes' knobs: pair i turns at `base**exponents[i]`."""
     D = x.size(-1)
-    angles = positions[:, None] * base ** (-torch.arange(D // 2, dtype=torch.float64) / D)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (N, D/2)
+    exponents = -torch.arange(0, D, 2, dtype=torch.float64) / D if exponents is None else exponents
+    angles = positions[:, None].to(dtype) * (base**exponents).to(dtype)  # (N, D/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if swap:
+        cos, sin = sin, cos
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def rope_by_index(x: Tensor, positions: Tensor, base: float) -> Tensor:
+    """Pair i turning at `base**(-i/D)`, twice as slow as it should for the last pairs."""
+    return turned(
+        x, positions, base, -torch.arange(x.size(-1) // 2, dtype=torch.float64) / x.size(-1)
+    )
 
 
 ROPE = Exercise(
@@ -179,6 +203,29 @@ ROPE = Exercise(
             "the frequencies come from the `base` argument: base**(-2i/D)",
             lambda x, positions, base: apply_rope(x, positions),
         ),
+        Mistake(
+            "the angles were computed in float32, which is off by about 1e-3 radians at "
+            "positions in the tens of thousands: compute them in float64, then round cos and sin",
+            lambda x, positions, base: turned(x, positions, base, dtype=torch.float32),
+        ),
+        Mistake(
+            "cos and sin are swapped: pair i turns to (x1 cos - x2 sin, x1 sin + x2 cos)",
+            lambda x, positions, base: turned(x, positions, base, swap=True),
+        ),
+        Mistake(
+            "each row turns by one position too many: the row at position p turns by p * theta_i",
+            lambda x, positions, base: turned(x, positions + 1, base),
+        ),
+        Mistake(
+            "each row turns by one position too few: the row at position p turns by p * theta_i",
+            lambda x, positions, base: turned(x, positions - 1, base),
+        ),
+        Mistake(
+            "the exponent must be negative: theta_i = base**(-2i/D), slower for later pairs",
+            lambda x, positions, base: turned(
+                x, positions, base, torch.arange(0, x.size(-1), 2, dtype=torch.float64) / x.size(-1)
+            ),
+        ),
     ),
 )
 
@@ -208,6 +255,7 @@ def layer_norm_cases(gen: torch.Generator) -> list[Case]:
         ("D = 1", (3, 1), 1e-5, 1.0, 0.0, torch.float64),
         ("float32", (4, 5), 1e-5, 1.0, 0.0, torch.float32),
         ("float32, mean 1000", (3, 16), 1e-5, 1.0, 1000.0, torch.float32),
+        ("float64, mean 1e8", (2, 8), 1e-5, 1.0, 1e8, torch.float64),
     ]
     cases = []
     for label, shape, eps, std, mean, dtype in rows:
@@ -247,6 +295,10 @@ LAYER_NORM = Exercise(
             lambda x, weight, bias, eps: normalise(x, 1.0, 0.0, eps),
         ),
         Mistake(
+            "weight and bias apply after normalising: x_hat * weight + bias",
+            lambda x, weight, bias, eps: normalise(x * weight + bias, 1.0, 0.0, eps),
+        ),
+        Mistake(
             "weight and bias are swapped: weight multiplies, bias adds",
             lambda x, weight, bias, eps: normalise(x, bias, weight, eps),
         ),
@@ -258,6 +310,17 @@ LAYER_NORM = Exercise(
             "E[x^2] - E[x]^2 loses its digits when the mean is large: compute the variance as "
             "((x - mean) ** 2).mean(-1, keepdim=True)",
             lambda *args: normalise(*args, two_pass=False),
+        ),
+        Mistake(
+            "eps is missing: (x - mean) / sqrt(var + eps)",
+            lambda x, weight, bias, eps: normalise(x, weight, bias, 0.0),
+        ),
+        Mistake(
+            "that is the mean and variance of the whole tensor: take them over each row's last "
+            "axis (dim=-1, keepdim=True)",
+            lambda x, weight, bias, eps: (
+                (x - x.mean()) / torch.sqrt(x.var(correction=0) + eps) * weight + bias
+            ),
         ),
     ),
 )

@@ -34,6 +34,10 @@ def kept(x: Tensor, window: int, sinks: int, rule: str) -> Tensor:
     first, recent = x[..., :sinks, :], x[..., x.size(-2) - (window - sinks) :, :]
     if rule == "no sinks":
         return x[..., -window:, :]
+    if rule == "window recent":
+        return torch.cat([first, x[..., -window:, :]], dim=-2)
+    if rule == "first axis":
+        return torch.cat([x[:sinks], x[x.size(0) - (window - sinks) :]])
     if rule == "recent first":
         return torch.cat([recent, first], dim=-2)
     newest_dropped = x[..., x.size(-2) - (window - sinks) - 1 : -1, :]
@@ -61,6 +65,16 @@ STREAMING_WINDOW = Exercise(
             "the newest token is missing: the window ends with the token just "
             "appended, x[..., -1, :]",
             lambda x, window, sinks: kept(x, window, sinks, "newest dropped"),
+        ),
+        Mistake(
+            "the sinks take slots of the window: keep the last window - sinks tokens after them, "
+            "window in all",
+            lambda x, window, sinks: kept(x, window, sinks, "window recent"),
+        ),
+        Mistake(
+            "the tokens are the second-to-last axis of x (..., T, D): slice x[..., :sinks, :], "
+            "not x[:sinks], which cuts the batch",
+            lambda x, window, sinks: kept(x, window, sinks, "first axis"),
         ),
     ),
 )

@@ -34,15 +34,27 @@ def top_p_cases(gen: torch.Generator) -> list[Case]:
 
 
 def nucleus(
-    probs: Tensor, p: float, include_crossing=True, descending=True, scatter=True, norm=True
+    probs: Tensor,
+    p: float,
+    include_crossing=True,
+    descending=True,
+    scatter=True,
+    norm=True,
+    axis=-1,
+    inverted=False,
 ):
     """Top-p as readers write it, with the knobs their mistakes turn."""
     ordered, order = probs.sort(dim=-1, descending=descending)  # (..., V)
-    mass = ordered.cumsum(-1)
-    keep = (mass - ordered < p) if include_crossing else (mass <= p)
-    kept = ordered * keep
+    mass = ordered.cumsum(axis)
+    if include_crossing == "strict":
+        keep = mass < p
+    else:
+        keep = (mass - ordered < p) if include_crossing else (mass <= p)
+    kept = ordered * (~keep if inverted else keep)
     if norm:
         kept = kept / kept.sum(-1, keepdim=True)
+    if scatter == "gather":
+        return kept.gather(-1, order)
     return torch.zeros_like(probs).scatter(-1, order, kept) if scatter else kept
 
 
@@ -59,6 +71,11 @@ TOP_P = Exercise(
             lambda probs, p: nucleus(probs, p, include_crossing=False),
         ),
         Mistake(
+            "the token that carries the mass past p is dropped: keep a token while the mass of the "
+            "tokens before it is below p, so the nucleus reaches p",
+            lambda probs, p: nucleus(probs, p, include_crossing="strict"),
+        ),
+        Mistake(
             "the kept probabilities do not sum to 1: divide them by their sum",
             lambda probs, p: nucleus(probs, p, norm=False),
         ),
@@ -70,6 +87,24 @@ TOP_P = Exercise(
         Mistake(
             "the least probable tokens were kept: sort in descending order, most probable first",
             lambda probs, p: nucleus(probs, p, descending=False),
+        ),
+        Mistake(
+            "the cumulative sum runs over the wrong axis: the vocabulary is the last one, "
+            "cumsum(dim=-1)",
+            lambda probs, p: nucleus(probs, p, axis=0),
+        ),
+        Mistake(
+            "gather reads kept[order[i]]; to put sorted entry i back at token order[i] use "
+            "zeros.scatter(-1, order, kept)",
+            lambda probs, p: nucleus(probs, p, scatter="gather"),
+        ),
+        Mistake(
+            "the nucleus is zeroed and the rest kept: keep the most probable tokens",
+            lambda probs, p: nucleus(probs, p, inverted=True),
+        ),
+        Mistake(
+            "divide the kept probabilities by their own sum, not by p",
+            lambda probs, p: nucleus(probs, p, norm=False) / p,
         ),
     ),
 )

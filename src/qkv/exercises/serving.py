@@ -33,7 +33,12 @@ def gather_cases(gen: torch.Generator) -> list[Case]:
 def gathered(pages, block_table, length, order="table", heads_first=True, cut=True) -> Tensor:
     """The lookup as readers write it, with the knobs their mistakes turn."""
     n = len(block_table)
-    chosen = pages[block_table] if order == "table" else pages[:n]  # (n, H, page_size, D)
+    if order == "pool":
+        chosen = pages[:n]  # the pool's first pages
+    elif order == "sorted":
+        chosen = pages[block_table.sort().values]  # the table's pages, in the pool's order
+    else:
+        chosen = pages[block_table]  # (n, H, page_size, D)
     if not heads_first:
         tokens = chosen.reshape(pages.size(1), -1, pages.size(-1))  # heads and pages mixed
     elif order == "slots first":
@@ -68,6 +73,11 @@ GATHER_PAGES = Exercise(
             lambda pages, block_table, length: gathered(
                 pages, block_table, length, heads_first=False
             ),
+        ),
+        Mistake(
+            "the pages are in the pool's order: read them in the block table's order, "
+            "pages[block_table]",
+            lambda pages, block_table, length: gathered(pages, block_table, length, order="sorted"),
         ),
         Mistake(
             "the empty slots of the last page were kept: cut the tokens at length",
