@@ -1,7 +1,8 @@
 """Input validation shared by the public functions: one place, messages that name arguments and shapes."""
 
 import math
-from itertools import pairwise
+from collections.abc import Sequence
+from itertools import pairwise, zip_longest
 from numbers import Real
 
 import torch
@@ -131,15 +132,26 @@ def check_mask(name: str, mask: object, query: Tensor, meaning: str = "True = ma
         raise ValueError(f"{name} is on {mask.device} but query is on {query.device}")
 
 
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """The shape that `shapes` broadcast to under torch's rule, or None if they do not broadcast.
+
+    `torch.broadcast_shapes` gives the same answer, but its first call imports sympy: seconds, on a reader's
+    first attention call.
+    """
+    sizes = []
+    for column in zip_longest(*(reversed(tuple(s)) for s in shapes), fillvalue=1):  # from the right
+        other_than_1 = set(column) - {1}
+        if len(other_than_1) > 1:
+            return None
+        sizes.append(other_than_1.pop() if other_than_1 else 1)
+    return tuple(reversed(sizes))
+
+
 def check_broadcast(
     name: str, mask: Tensor, target: tuple[int, ...], of: str = "the scores' shape"
 ) -> None:
     """Raise unless `mask` broadcasts to `target`, which the message calls `of`."""
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, target)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(target):
+    if broadcast_shape(mask.shape, target) != tuple(target):
         raise ValueError(
             f"{name} of shape {shape(mask)} does not broadcast to {of} {tuple(target)}"
         )
@@ -186,14 +198,12 @@ def check_attention_inputs(
                 f"query {shape(query)} has {query.size(-3)} heads, {name} {shape(x)} has {x.size(-3)}"
             )
     batches = {name: _batch(x, query, enable_gqa) for name, x in tensors.items()}
-    try:
-        torch.broadcast_shapes(*batches.values())
-    except RuntimeError:
+    if broadcast_shape(*batches.values()) is None:
         given = ", ".join(f"{name} {shape(x)}" for name, x in tensors.items())
-        raise ValueError(f"the batch dimensions (...) do not broadcast: {given}") from None
+        raise ValueError(f"the batch dimensions (...) do not broadcast: {given}")
     check_scale(scale)
     check_probability("dropout_p", dropout_p)
-    batch = torch.broadcast_shapes(batches["query"], batches["key"])
+    batch = broadcast_shape(batches["query"], batches["key"])
     return (*batch, query.size(-2), key.size(-2))
 
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qkv._checks import check_sinks, shape
+from qkv._checks import broadcast_shape, check_sinks, shape
 from qkv.functional import _scaled_dot_product_attention, parse_call
 from qkv.kernels import contract
 from qkv.masks import Causal, Mask, keep_to_additive
@@ -234,7 +234,7 @@ def _torch_with_sinks(
         dense = torch.zeros(seqlen_q, seqlen_k, device=query.device, dtype=dtype)
     elif dense.dtype == torch.bool:
         dense = keep_to_additive(dense, dtype)
-    batch = torch.broadcast_shapes(dense.shape[:-2], query.shape[:-2])  # (..., H)
+    batch = broadcast_shape(dense.shape[:-2], query.shape[:-2])  # (..., H)
     dense = dense.to(dtype).expand(*batch, seqlen_q, seqlen_k)  # (..., H, L, S)
     sink = sinks.to(dtype)[:, None, None].expand(*batch, seqlen_q, 1)  # (..., H, L, 1)
     extra_key = key.new_zeros(*key.shape[:-2], 1, key.size(-1))  # (..., H_kv, 1, E)

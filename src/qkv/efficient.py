@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from qkv._checks import (
+    broadcast_shape,
     check_attention_inputs,
     check_bool,
     check_mask,
@@ -608,7 +609,7 @@ def _scale(head_dim: int) -> float:
 
 def _no_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
     """The result for `L = 0` or `S = 0`: zeros `(..., L, Ev)`, as `scaled_dot_product_attention` gives."""
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    batch = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     return query.new_zeros(*batch, query.size(-2), value.size(-1))
 
 
