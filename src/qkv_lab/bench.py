@@ -325,7 +325,7 @@ def measure(case: Case, device: torch.device) -> dict:
     # timing, the clock the case ran at (near enough)
     config = None if case.path in KERNEL_PATHS else case.path
     record |= {"config": config, "autotune": False, "tuning": None, "sm_clock_mhz": None}
-    if case.path in KERNEL_PATHS and device.type != "cuda":
+    if not runs_on(case, device):
         return record | {"status": "unsupported", "reason": "needs CUDA"}
     try:
         with _warnings_as_reason() as reasons:
@@ -366,6 +366,12 @@ def measure(case: Case, device: torch.device) -> dict:
             torch.cuda.empty_cache()
     record["tflops"] = attention_flops(case) / (record["ms"] * 1e-3) / 1e12
     return record
+
+
+def runs_on(case: Case, device: torch.device) -> bool:
+    """Whether the bench runs the case's path on the device: the kernel paths on CUDA only (under the
+    interpreter they would run, but their times would mean nothing)."""
+    return case.path not in KERNEL_PATHS or device.type == "cuda"
 
 
 def kernels(case: Case) -> list[str]:

@@ -79,7 +79,7 @@ def block_mask(
         keep = keep & (cols <= diagonal)
     if window is not None:
         keep = keep & (cols > diagonal - window)
-    return keep
+    return keep.expand(len(rows), keys)
 
 
 def reference(

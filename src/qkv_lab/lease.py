@@ -296,7 +296,7 @@ def _same_case(record: dict | bench.Case, case: dict | bench.Case) -> bool:
 
 
 def measure_steps(
-    run: Run, steps: list[str], plan: Plan, tools: Tools, deadline: float, log=sys.stderr
+    run: Run, steps: list[str], plan: Plan, tools: Tools, deadline: float, log=None
 ) -> list[str]:
     """Measure the cases of `steps` not yet in the run folder until `deadline` (time.monotonic);
     return a line for each case, measured or left."""
@@ -315,7 +315,7 @@ def measure_steps(
                 record["seconds"] = round(time.monotonic() - started, 1)
                 run.record(record)
                 lines.append(f"{label}: {_outcome(record)} ({record['seconds']} s)")
-            print(lines[-1], file=log, flush=True)
+            print(lines[-1], file=log or sys.stderr, flush=True)
     return lines
 
 
@@ -330,7 +330,7 @@ def _outcome(record: dict) -> str:
     return ", ".join(parts)
 
 
-def confirm(run: Run, tools: Tools, deadline: float, log=sys.stderr) -> list[str]:
+def confirm(run: Run, tools: Tools, deadline: float, log=None) -> list[str]:
     """Every recorded case again, in this process, with its chosen configurations pinned: the kernel and
     the torch path that was fastest, each checked then timed. Writes `confirm.json` and `measured.json`
     (the forward and forward + backward cases, as `qkv_lab.bench.write_table` does)."""
@@ -367,7 +367,7 @@ def confirm(run: Run, tools: Tools, deadline: float, log=sys.stderr) -> list[str
             confirmed["results"].append(result)
             write_whole(confirmed, path)
         lines.append(f"{op(case)} N={case.seqlen_k} L={case.seqlen_q}: confirmed")
-        print(lines[-1], file=log, flush=True)
+        print(lines[-1], file=log or sys.stderr, flush=True)
     bench.write_table(
         {"environment": run.raw["environment"], "results": confirmed["results"]},
         run.folder / "measured.json",
@@ -397,7 +397,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--seconds", type=float, default=300.0, help="start no case after this many seconds"
     )
     parser.add_argument("--device", default="cuda", help="cuda (cpu: the tests' tiny run)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("torch sees no CUDA device here: the lease runs on a GPU")
+    return args
 
 
 def main(

@@ -62,7 +62,8 @@ def check_case(case: dict) -> None:
         )
     for name, kind in FIELDS.items():
         value = case[name]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             continue
         if (isinstance(value, bool) and kind is int) or not isinstance(value, kind):
             raise TypeError(f"summary field {name} must be {kind}, got {value!r}")
