@@ -149,9 +149,13 @@ class Checked:
         )
 
 
-def time_path(checked: Checked, path: str, tools: Tools, record: dict) -> Timing | str:
+def time_path(
+    checked: Checked, path: str, tools: Tools, record: dict, count: bool = True
+) -> Timing | str:
     """Check `path` on the case, then time it (decoding inside a CUDA graph); fill `record` with its
-    errors, timing, clock, graph flag and launches. Returns the timing, or why there is none."""
+    errors, timing, clock, graph flag and, with `count`, the kernels one call launches. Returns the timing,
+    or why there is none. A call that cannot be captured in a graph is timed as it is (`graph` false,
+    `graph_error` says why)."""
     try:
         found, failed = checked.check(path)
         record["errors"] = found
@@ -161,8 +165,9 @@ def time_path(checked: Checked, path: str, tools: Tools, record: dict) -> Timing
         call = checked.call(path)
         call()  # compiled before it is captured or timed
         if checked.case.suite == "decode":
-            record["launches"] = tools.launches(call, tools.device)
-            call, record["graph"] = tools.graphed(call, tools.device)
+            if count:
+                record["launches"] = tools.launches(call, tools.device)
+            call, record["graph"] = _in_graph(call, tools, record)
         timing = tools.timer(call, tools.device)
     except torch.OutOfMemoryError:
         record |= {"status": "oom", "reason": "out of memory"}
@@ -174,6 +179,17 @@ def time_path(checked: Checked, path: str, tools: Tools, record: dict) -> Timing
     record |= {"status": "ok", "min_ms": timing.min_ms, "median_ms": timing.median_ms}
     record["sm_clock_mhz"] = tools.clock(tools.device)
     return timing
+
+
+def _in_graph(call: Callable[[], None], tools: Tools, record: dict) -> tuple[Callable, bool]:
+    """`tools.graphed(call)`, or the call itself where the capture fails (the reason in `record`)."""
+    try:
+        return tools.graphed(call, tools.device)
+    except RuntimeError as error:
+        record["graph_error"] = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if tools.device.type == "cuda":
+            torch.cuda.synchronize(tools.device)
+        return call, False
 
 
 def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
@@ -194,7 +210,7 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
 
     def attempt(choice: dict) -> Timing | str:  # runs pinned to `choice` (pinning.tune)
         result: dict = {}
-        outcome = time_path(checked, kernel_path, tools, result)
+        outcome = time_path(checked, kernel_path, tools, result, count=False)
         if isinstance(outcome, str) and result["status"] != "wrong":
             raise RuntimeError(outcome)  # did not run: the trial is an error, not a wrong result
         return outcome

@@ -223,5 +223,26 @@ def test_each_candidate_is_timed_pinned_and_the_fastest_kept(monkeypatch):
     assert tuner.configs == [slow, fast]  # restored
 
 
+def test_a_call_that_cannot_be_captured_is_timed_as_it_is():
+    def refuse(call, device):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    counted = []
+
+    def launches(call, device):
+        counted.append(call)
+        return ["_split_kernel", "_merge_kernel"]
+
+    failing = dataclasses.replace(tools(FakeTimer()), graphed=refuse, launches=launches)
+    record = lease.measure(lease.cases("decode", TINY)[0], failing)
+    kernel = record["paths"]["qkv-decode"]
+    assert (kernel["status"], kernel["graph"]) == ("ok", False)
+    assert kernel["graph_error"] == "operation not permitted when stream is capturing"
+    assert kernel["launches"] == ["_split_kernel", "_merge_kernel"]
+    # counted at each path's timing, not at the tuning trials: the kernel pinned, torch and
+    # torch-lower-right (torch-cudnn has no CPU kernel)
+    assert len(counted) == 3
+
+
 def _case_fields(record):
     return {field.name: record[field.name] for field in dataclasses.fields(bench.Case)}
