@@ -9,7 +9,9 @@ Steps, in the order a lease runs them (`STEPS`):
 4. `confirm`: in a fresh process, every case again with the configurations the first three chose, pinned;
    writes the measured table that `qkv.attention`'s `"auto"` reads (`measured.json`).
 
-Each case, in this order:
+Before the first case, worker processes compile every launch configuration the cases will try
+(`qkv_lab.precompile`, `--workers`), so that the tuning below reads them from Triton's cache. Then each case,
+in this order:
 
 - the float32 reference of the output (and of dQ, dK and dV with a backward), on every element, and torch's
   own result in the same dtype, the yardstick (`qkv_lab.gradients`);
@@ -39,6 +41,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
@@ -47,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from qkv_lab import bench, gradients, harness, pinning
+from qkv_lab import bench, gradients, harness, pinning, precompile
 from qkv_lab.harness import Timing
 from qkv_lab.summary import Summary, run_folder, write_whole
 
@@ -391,6 +394,24 @@ def confirm(run: Run, tools: Tools, deadline: float, log=None) -> list[str]:
     return lines
 
 
+def compile_first(run: Run, todo: list[bench.Case], device: str, workers: int) -> None:
+    """Compile the configurations that measuring `todo` will try, on `workers` processes
+    (`qkv_lab.precompile`); write what each took to `precompile.json`. A failure costs only time: the
+    timing process then compiles what is missing itself."""
+    started = time.monotonic()
+    try:
+        results = precompile.precompile(todo, device, workers)
+    except Exception as error:  # a worker that died, a pool that broke: compile as before
+        results = [("pool", time.monotonic() - started, f"{type(error).__name__}: {error}"[:300])]
+    seconds = round(time.monotonic() - started, 1)
+    jobs = [{"job": label, "seconds": round(t, 1), "error": error} for label, t, error in results]
+    write_whole(
+        {"workers": workers, "seconds": seconds, "jobs": jobs}, run.folder / "precompile.json"
+    )
+    failed = sum(job["error"] is not None for job in jobs)
+    print(f"compiled {len(jobs)} configurations in {seconds} s, {failed} failed", file=sys.stderr)
+
+
 def nvidia_smi(folder: Path) -> None:
     """`nvidia-smi -q` into the folder, where there is an nvidia-smi."""
     try:
@@ -413,6 +434,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--seconds", type=float, default=300.0, help="start no case after this many seconds"
     )
     parser.add_argument("--device", default="cuda", help="cuda (cpu: the tests' tiny run)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=max(1, min(14, (os.cpu_count() or 2) - 2)),
+        help="processes that compile the configurations first (qkv_lab.precompile); 0: none",
+    )
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("torch sees no CUDA device here: the lease runs on a GPU")
@@ -433,6 +460,9 @@ def main(
     deadline = started + args.seconds
     try:
         measured = [step for step in args.steps if step != "confirm"]
+        todo = [c for step in measured for c in cases(step, plan or Plan()) if not run.done(c)]
+        if todo and args.workers > 0 and device.type == "cuda":  # nothing to compile on a CPU
+            compile_first(run, todo, args.device, args.workers)
         measure_steps(run, measured, plan or Plan(), tools, deadline)
         if "confirm" in args.steps:
             confirm(run, tools, deadline)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import triton
 
-from qkv_lab import bench, lease, pinning, summary
+from qkv_lab import bench, lease, pinning, precompile, summary
 from qkv_lab.harness import Timing
 
 TINY = lease.Plan(
@@ -246,3 +246,51 @@ def test_a_call_that_cannot_be_captured_is_timed_as_it_is():
 
 def _case_fields(record):
     return {field.name: record[field.name] for field in dataclasses.fields(bench.Case)}
+
+
+def test_every_configuration_to_tune_is_compiled_once_first(monkeypatch):
+    two = [
+        triton.Config({"BLOCK_M": 32, "BLOCK_N": n}, num_warps=4, num_stages=3) for n in (16, 32)
+    ]
+    monkeypatch.setattr(pinning.autotuner("forward"), "configs", two)
+    todo = [case for step in lease.STEPS[:3] for case in lease.cases(step, TINY)]
+    jobs = precompile.jobs(todo)
+    forward = [job for job in jobs if job.kernel == "forward"]
+    assert sorted(
+        (job.case.causal is False, job.config["kwargs"]["BLOCK_N"]) for job in forward
+    ) == [
+        (False, 16),
+        (False, 32),
+        (True, 16),
+        (True, 32),
+    ]  # each configuration once per mask, whichever the mode: the same kernel
+    assert {job.case.mode for job in forward} == {"forward"}
+    assert {job.kernel for job in jobs} == {"forward", "dkdv", "dq", "decode"}
+    decode = [job for job in jobs if job.kernel == "decode"]
+    assert {(job.case.seqlen_q, job.case.heads, job.case.heads_kv) for job in decode} == {
+        (1, 4, 2),
+        (3, 4, 2),
+    }
+    # under the interpreter, in this process: each job launches its configuration, pinned
+    results = precompile.precompile(todo[:1], "cpu", workers=0)
+    assert [error for _, _, error in results] == [None, None]
+    assert pinning.autotuner("forward").configs == two  # restored
+
+
+def test_small_jobs_keep_what_the_kernels_specialise_on():
+    square = lease.cases("backward", lease.Plan())[3]
+    shrunk = precompile.small(square)
+    assert (shrunk.seqlen_q, shrunk.seqlen_k, shrunk.batch) == (256, 256, 1)
+    assert (shrunk.mode, shrunk.causal, shrunk.head_dim, shrunk.dtype) == (
+        square.mode,
+        square.causal,
+        square.head_dim,
+        square.dtype,
+    )
+    decoding = precompile.small(lease.cases("decode", lease.Plan())[-1])
+    assert (decoding.seqlen_q, decoding.seqlen_k, decoding.heads, decoding.heads_kv) == (
+        16,
+        1024,
+        32,
+        8,
+    )
