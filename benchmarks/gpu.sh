@@ -56,9 +56,10 @@ limit=${STAGE_SECONDS:-540}  # under the 10 minutes a command may run, with time
 # SIGINT lets the benchmark save what it measured; a kernel launch or an autotuner can hold it off
 # (the first H100 run saw a stage outlive its limit by minutes), so KILL follows 20 s later.
 stop=(timeout --kill-after=20)
-read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn qkv-flash}"
-# torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left)
-read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged}"
+read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn torch-lower-right qkv-flash}"
+# torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left);
+# torch-lower-right reaches it through torch's causal_lower_right bias
+read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn torch-lower-right qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged}"
 read -r -a varlen_paths <<<"${VARLEN_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-flash-varlen}"
 
 for stage in "${stages[@]}"; do

@@ -294,3 +294,29 @@ def test_small_jobs_keep_what_the_kernels_specialise_on():
         32,
         8,
     )
+
+
+def test_the_summary_line_names_the_fastest_torch_path_and_cudnn():
+    measured = lease.cases("backward", TINY)[0]
+    paths = {
+        "qkv-flash": {"status": "ok", "min_ms": 2.2, "config": "forward: BLOCK_M=32"},
+        "torch": {"status": "ok", "min_ms": 3.0},
+        "torch-cudnn": {"status": "ok", "min_ms": 2.0},
+        "torch-flash": {"status": "unsupported", "reason": "no kernel"},
+    }
+    line = lease.summary_line({**dataclasses.asdict(measured), "paths": paths})
+    summary.check_case(line)
+    assert (line["best_torch"], line["best_torch_ms"], line["cudnn_ms"]) == (
+        "torch-cudnn",
+        2.0,
+        2.0,
+    )
+    assert (line["qkv_ms"], line["config"], line["gradients_checked"]) == (
+        2.2,
+        "forward: BLOCK_M=32",
+        True,
+    )
+    assert (line["N"], line["keys"], line["queries"], line["dtype"]) == (24, 24, 24, "float16")
+    paths["torch-cudnn"] = {"status": "oom", "reason": "out of memory"}
+    line = lease.summary_line({**dataclasses.asdict(measured), "paths": paths})
+    assert (line["best_torch"], line["cudnn_ms"]) == ("torch", None)
