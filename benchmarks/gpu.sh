@@ -2,10 +2,11 @@
 # The GPU steps of the FlashAttention kernel, as one command (see the GPU notes of the project and issue 11).
 #
 #   benchmarks/gpu.sh OUT [STAGE ...]
+#   benchmarks/gpu.sh OUT lease        # one lease of issue 42: about 7 minutes, the command to run first
 #
 # Run from the repository root on a machine with an NVIDIA GPU, Python 3, torch and triton (no network, no
-# nox: the package runs from src/). STAGE is env, tests, square, masks, split-kv or varlen; no STAGE runs all
-# six in that order. Where each command may run at most 10 minutes, run one stage per command: each stage
+# nox: the package runs from src/). STAGE is env, tests, square, masks, split-kv, varlen or lease; no STAGE
+# runs the first six in that order. Where each command may run at most 10 minutes, run one stage per command: each stage
 # stops itself before then, and the benchmark stages save their JSON after every case. What each stage writes
 # into OUT:
 #
@@ -26,6 +27,16 @@
 #   varlen  bench-varlen.json: four causal documents of N, 3N/4, N/2 and N/4 tokens (N = 4k, 16k), padded to N
 #           for torch's SDPA and qkv-flash (key_lengths), packed for qkv-flash-varlen; D = 128, bfloat16,
 #           forward and forward + backward (VARLEN_PATHS to choose paths). 20 cases
+#   lease   OUT/<date>-<gpu>/ (python -m qkv_lab.lease; benchmarks/gpu/README.md): forward at N = 4k and
+#           16k, full and causal, then forward + backward, then decoding (1 and 16 queries on 4k to 128k
+#           keys), the kernels against torch's own choice, cuDNN and FlashAttention-2 (decoding: torch's
+#           bottom-right causal bias), D = 128, bfloat16. Per case: the float32 reference of the output and
+#           gradients on every element; each launch configuration the autotuner would try, pinned, checked
+#           and timed; the fastest timed again pinned; decoding inside a CUDA graph. summary.json (issue
+#           42's schema) and cases.json after every case. Then a confirming run in a new process with the
+#           chosen configurations pinned (confirm.json, measured.json). LEASE_SECONDS (default 400) caps
+#           both; no case starts in the last minute of either part. A rerun into the same OUT on the same
+#           day measures only the cases the folder lacks.
 #
 # PATHS names the paths the square and masks stages time (default: every path; "torch qkv-flash" is what the
 # table below needs). square, masks, split-kv and varlen also add their qkv-flash and torch times to
@@ -45,9 +56,10 @@ limit=${STAGE_SECONDS:-540}  # under the 10 minutes a command may run, with time
 # SIGINT lets the benchmark save what it measured; a kernel launch or an autotuner can hold it off
 # (the first H100 run saw a stage outlive its limit by minutes), so KILL follows 20 s later.
 stop=(timeout --kill-after=20)
-read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn qkv-flash}"
-# torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left)
-read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged}"
+read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn torch-lower-right qkv-flash}"
+# torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left);
+# torch-lower-right reaches it through torch's causal_lower_right bias
+read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn torch-lower-right qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged}"
 read -r -a varlen_paths <<<"${VARLEN_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-flash-varlen}"
 
 for stage in "${stages[@]}"; do
@@ -109,8 +121,18 @@ PY
         --head-dim 128 --paths "${varlen_paths[@]}" \
         --out "$out/bench-varlen.json" --table "$out/measured.json" || true
       ;;
+    lease)
+      # every configuration is a candidate of the tuning step (QKV_FLASH_AUTOTUNE=0 would leave one)
+      total=${LEASE_SECONDS:-400}
+      measure=$((total * 4 / 5))
+      confirm=$((total - measure))
+      QKV_FLASH_AUTOTUNE=1 "${stop[@]}" --signal=INT "$measure" "$python" -m qkv_lab.lease "$out" \
+        --steps forward backward decode --seconds $((measure - 60)) || true
+      QKV_FLASH_AUTOTUNE=1 "${stop[@]}" --signal=INT "$confirm" "$python" -m qkv_lab.lease "$out" \
+        --steps confirm --seconds $((confirm - 30)) || true
+      ;;
     *)
-      echo "unknown stage $stage: use env, tests, square, masks, split-kv or varlen" >&2
+      echo "unknown stage $stage: use env, tests, square, masks, split-kv, varlen or lease" >&2
       exit 2
       ;;
   esac

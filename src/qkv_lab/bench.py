@@ -7,6 +7,9 @@ Paths measured:
   what `backend="auto"` falls back to;
 - `torch-math`, `torch-flash`, `torch-efficient`, `torch-cudnn`: the same with one torch backend forced by
   `torch.nn.attention.sdpa_kernel`;
+- `torch-lower-right`: torch's `scaled_dot_product_attention` with `torch.nn.attention.bias.causal_lower_right`,
+  which reaches its flash and memory-efficient kernels without a dense mask: torch's best path for a
+  bottom-right causal call (decoding) without window or padding (others are `unsupported`);
 - `qkv-flash`: `qkv.attention(backend="triton")`, the package's Triton kernels (CUDA only: the interpreter's
   timings would mean nothing);
 - `qkv-flash-varlen`: `qkv.flash_attention_varlen`, the same kernels on the documents of a `varlen` case packed
@@ -33,17 +36,22 @@ Masks other than top-left causal reach torch as the boolean mask `qkv.attention`
 - `varlen`: four documents of N, 3/4, 1/2 and 1/4 of N tokens (N = 4k, 16k), causal: the padded paths take
   them padded to N with `key_lengths` (they compute the padding queries too), `qkv-flash-varlen` packed.
 
-Before timing, each case's output is checked against the float32 reference on a block of query rows (the
-first rows, or the last where the mask is aligned bottom-right or L = S; the first rows of every document of a
-`varlen` case), with the tests' rule: at most twice
-torch's own error in the same dtype (`torch` path) plus 1e-5; a case that fails is recorded as `wrong`, not
-timed. A path that cannot run a case is recorded, not dropped: status `unsupported` (no kernel for these
-inputs, with torch's or qkv's reason) or `oom`. FLOPs count the two matrix products for the query-key pairs
-the mask keeps, `4 * B * H * D * pairs` (`4 B H N^2 D` unmasked, about half that causal; in a `varlen` case the
-documents' own pairs, whatever a path computes for padding); the backward pass
-counts 2.5 times the forward. Each case is timed and its peak memory read by the lab's harness
-(`qkv_lab.harness`: the fastest of repeated runs, `triton.testing.do_bench` on CUDA) after a first call that
-compiles and autotunes. (The H100 run of 2026-11-25 took do_bench's median instead.)
+Before timing, each case's output, and with a backward its dQ, dK and dV, are checked on every element
+against the float32 reference (`qkv_lab.gradients`; of a `varlen` case, the output's first rows of every
+document), with the tests' rule: at most twice torch's own error in the same dtype (`torch` path) for the
+output, three times for a gradient, plus 1e-5; a case that fails is recorded as `wrong`, not timed. A path
+that cannot run a case is recorded, not dropped: status `unsupported` (no kernel for these inputs, with
+torch's or qkv's reason) or `oom`. FLOPs count the two matrix products for the query-key pairs the mask
+keeps, `4 * B * H * D * pairs` (`4 B H N^2 D` unmasked, about half that causal; in a `varlen` case the
+documents' own pairs, whatever a path computes for padding); the backward pass counts 2.5 times the forward.
+
+A kernel path is tuned before it is timed (`qkv_lab.pinning.tune`): each launch configuration its autotuner
+would try is pinned, checked as above and timed, and the fastest median that passed is kept; the timing then
+runs with those configurations pinned, so no autotuner searches while it runs (`autotune` false, `config`
+names them, `tuning` holds every trial). Each case is timed and its peak memory read by the lab's harness
+(`qkv_lab.harness.timing_ms`: `ms` is the fastest of repeated runs, `median_ms` their median,
+`triton.testing.do_bench` on CUDA) after a first call that compiles. (The H100 run of 2026-11-25 recorded
+do_bench's median, the H200 runs of 2026-11-26 the fastest, both timed after the autotuner's own choice.)
 
 The JSON report (`--out`, rewritten after every case) holds the device, its clocks where `nvidia-smi`
 reports them (before the first case, and the SM clock again right after each case is timed), the versions of
@@ -69,19 +77,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 import qkv
 from qkv.dispatch import attention, call_kind
 from qkv.kernels import tiles
 from qkv.kernels.contract import Packing
 from qkv.masks import Mask
+from qkv_lab import gradients, pinning
 from qkv_lab.harness import (
+    Timing,
     environment,
-    fastest_ms,
-    nvidia_smi_clocks,
     peak_memory_bytes,
+    sm_clock_mhz,
+    timing_ms,
     write_json,
 )
 
@@ -97,13 +109,14 @@ TORCH_BACKENDS = {
 VARLEN_PATH = "qkv-flash-varlen"
 DECODE_PATHS = ("qkv-decode", "qkv-decode-unsplit", "qkv-decode-paged")
 KERNEL_PATHS = ("qkv-flash", VARLEN_PATH, *DECODE_PATHS)  # CUDA only
-PATHS = ("reference", "torch", *TORCH_BACKENDS, *KERNEL_PATHS)
+LOWER_RIGHT_PATH = "torch-lower-right"
+PATHS = ("reference", "torch", *TORCH_BACKENDS, LOWER_RIGHT_PATH, *KERNEL_PATHS)
 MODES = ("forward", "forward+backward")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SUITES = ("square", "decode", "split-kv", "gqa", "window", "padding", "long", "varlen")
 DECODE_PAGE_SIZE = 16  # tokens per page of the qkv-decode-paged path (vLLM's default block size)
 BACKWARD_FLOPS_FACTOR = 2.5  # the backward pass does 2.5 times the forward's matrix-product FLOPs
-CHECKED_ROWS = 64  # query rows compared with the reference before timing
+CHECKED_ROWS = 64  # query rows of each packed document compared with the reference before timing
 
 Attention = Callable[..., Tensor]
 
@@ -170,6 +183,8 @@ def attention_function(path: str) -> Attention:
         return _varlen_function()
     if path in DECODE_PATHS:
         return _decode_function(path)
+    if path == LOWER_RIGHT_PATH:
+        return _lower_right
     backend = TORCH_BACKENDS[path]
 
     def forced(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
@@ -177,6 +192,17 @@ def attention_function(path: str) -> Attention:
             return attention(q, k, v, backend="torch", **masks)
 
     return forced
+
+
+def _lower_right(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
+    """torch's attention with its bottom-right causal bias: no dense mask, torch's own choice of kernel."""
+    plain = masks["window"] is None and masks["key_lengths"] is None
+    if masks["is_causal"] != "bottom_right" or not plain:
+        raise ValueError(
+            f"{LOWER_RIGHT_PATH} computes bottom-right causal attention without window or padding"
+        )
+    bias = causal_lower_right(q.size(-2), k.size(-2))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=masks["enable_gqa"])
 
 
 def _varlen_function() -> Attention:
@@ -289,26 +315,41 @@ def to_pages(k: Tensor, v: Tensor, page_size: int) -> tuple[Tensor, Tensor, Tens
 
 
 def measure(case: Case, device: torch.device) -> dict:
-    """Check and time one case; return its fields with `status`, `ms`, `tflops`, memory and `reason`."""
-    record = {**dataclasses.asdict(case), "status": "ok", "ms": None, "tflops": None}
-    record |= {"peak_memory_bytes": None, "reason": None, "error": None, "allowed_error": None}
-    # sm_clock_mhz: read just after the timing, the clock the case ran at (near enough)
-    record |= {"sm_clock_mhz": None}
-    if case.path in KERNEL_PATHS and device.type != "cuda":
+    """Check, tune (a kernel path) and time one case; return its fields with `status`, `ms` (the fastest
+    run), `median_ms`, `tflops`, memory, the errors, the launch configuration and `reason`."""
+    record = {**dataclasses.asdict(case), "status": "ok", "ms": None, "median_ms": None}
+    record |= {"tflops": None, "peak_memory_bytes": None, "reason": None}
+    record |= {"error": None, "allowed_error": None, "errors": None, "gradients_checked": False}
+    # config: the kernels' pinned configurations (a torch path: its name); autotune: whether an autotuner
+    # could search while timing (never: the configurations are pinned); sm_clock_mhz: read just after the
+    # timing, the clock the case ran at (near enough)
+    config = None if case.path in KERNEL_PATHS else case.path
+    record |= {"config": config, "autotune": False, "tuning": None, "sm_clock_mhz": None}
+    if not runs_on(case, device):
         return record | {"status": "unsupported", "reason": "needs CUDA"}
     try:
         with _warnings_as_reason() as reasons:
             inputs = _inputs(case, device)
-            record["error"], record["allowed_error"] = check_output(case, *inputs)
-            if not record["error"] <= record["allowed_error"]:
-                reason = "output differs from the reference by more than twice torch's own error"
-                return record | {"status": "wrong", "reason": reason}
+            check = _checker(case, *inputs)
+            found = check()
+            record["errors"], (record["error"], record["allowed_error"]) = found, found["output"]
+            record["gradients_checked"] = "dq" in found
+            failed = gradients.failure(found)
+            if failed:
+                return record | {"status": "wrong", "reason": failed}
             call = _make_call(case, *inputs)
-            call()  # compiles, autotunes
-            record["peak_memory_bytes"] = peak_memory_bytes(call, device)
-            record["ms"] = fastest_ms(call, device)
-            if device.type == "cuda":
-                record["sm_clock_mhz"] = (nvidia_smi_clocks() or {}).get("clocks.sm")
+            choice = {}
+            if case.path in KERNEL_PATHS:
+                tuned = pinning.tune(kernels(case), case.seqlen_q, _attempt(check, call, device))
+                record["tuning"] = [dataclasses.asdict(trial) for trial in tuned.trials]
+                if not tuned.choice:
+                    return record | {"status": "wrong", "reason": "no configuration passed"}
+                choice, record["config"] = tuned.choice, tuned.describe()
+            with pinning.pinned(choice):
+                call()  # compiles
+                record["peak_memory_bytes"] = peak_memory_bytes(call, device)
+                record["ms"], record["median_ms"] = timing_ms(call, device)
+            record["sm_clock_mhz"] = sm_clock_mhz(device)
     except torch.OutOfMemoryError:
         return record | {"status": "oom", "reason": "out of memory"}
     except (TypeError, ValueError) as error:  # qkv's checks refusing inputs, e.g. qkv-flash in fp32
@@ -325,6 +366,55 @@ def measure(case: Case, device: torch.device) -> dict:
             torch.cuda.empty_cache()
     record["tflops"] = attention_flops(case) / (record["ms"] * 1e-3) / 1e12
     return record
+
+
+def runs_on(case: Case, device: torch.device) -> bool:
+    """Whether the bench runs the case's path on the device: the kernel paths on CUDA only (under the
+    interpreter they would run, but their times would mean nothing)."""
+    return case.path not in KERNEL_PATHS or device.type == "cuda"
+
+
+def kernels(case: Case) -> list[str]:
+    """The kernels of a kernel path that have launch configurations (`qkv_lab.pinning.KERNELS`)."""
+    if case.path in DECODE_PATHS:
+        return ["decode"]
+    return ["forward", "dkdv", "dq"] if case.mode == "forward+backward" else ["forward"]
+
+
+def output_gradient(case: Case, q: Tensor) -> Tensor | None:
+    """The seeded gradient of the output `(B, H, L, D)` that a forward + backward case is checked with;
+    None for a forward case."""
+    if case.mode != "forward+backward":
+        return None
+    generator = torch.Generator(device=q.device).manual_seed(1)
+    return torch.randn(q.shape, generator=generator, device=q.device, dtype=q.dtype)
+
+
+def _checker(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> Callable[[], dict]:
+    """`check()`: the case's path against the float32 reference, `{name: (error, allowed)}`.
+
+    Every element of the output, and of dQ, dK and dV with a backward (`qkv_lab.gradients`); of packed
+    documents, the output's first rows of each document (`check_output`).
+    """
+    if case.documents:
+        return lambda: {"output": check_output(case, q, k, v, masks)}
+    reference = gradients.Check(q, k, v, masks, output_gradient(case, q))
+    return lambda: reference.errors(attention_function(case.path))
+
+
+def _attempt(
+    check: Callable[[], dict], call: Callable[[], None], device: torch.device
+) -> pinning.Attempt:
+    """What `pinning.tune` runs for each configuration: the check, then the timing if it passed."""
+
+    def attempt(choice: dict) -> Timing | str:
+        failed = gradients.failure(check())
+        if failed:
+            return failed
+        call()  # compiles
+        return timing_ms(call, device)
+
+    return attempt
 
 
 def _inputs(case: Case, device: torch.device) -> tuple[Tensor, Tensor, Tensor, dict]:

@@ -11,6 +11,7 @@ import torch
 import qkv
 from qkv import dispatch
 from qkv_lab import bench
+from qkv_lab.harness import Timing
 from tests.library.reference import reference_mask
 
 TINY = ["--device", "cpu", "--n", "32", "64", "--head-dim", "16", "--dtype", "fp16"]
@@ -299,3 +300,79 @@ def test_varlen_suite_packs_documents_against_a_padded_batch():
     }
     assert {c.seqlen_k for c in todo} == {4096, 16384}
     assert {c.mode for c in todo} == set(bench.MODES)
+
+
+def test_a_backward_case_checks_every_gradient_and_records_the_median():
+    record = bench.measure(
+        case("torch", "forward+backward", causal="top_left"), torch.device("cpu")
+    )
+    assert record["status"] == "ok", record
+    assert record["errors"].keys() == {"output", "dq", "dk", "dv"}
+    assert record["gradients_checked"] is True
+    assert 0 < record["ms"] <= record["median_ms"]
+    assert (record["config"], record["autotune"]) == ("torch", False)
+
+
+class _SpoilLastKey(torch.autograd.Function):
+    """Identity forward; a gradient off by 0.05 on the last key only."""
+
+    @staticmethod
+    def forward(ctx, k):
+        return k.view_as(k)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        grad[..., -1, :] += 0.05
+        return grad
+
+
+def test_a_wrong_gradient_is_recorded_not_timed(monkeypatch):
+    def spoiled(q, k, v, **masks):
+        return qkv.attention(q, _SpoilLastKey.apply(k), v, **masks)
+
+    monkeypatch.setattr(bench, "attention_function", lambda path: spoiled)
+    record = bench.measure(
+        case(mode="forward+backward", seqlen_q=80, seqlen_k=80), torch.device("cpu")
+    )
+    assert record["status"] == "wrong"
+    assert "dk" in record["reason"]
+    assert record["error"] <= record["allowed_error"]  # the output itself is right
+    assert record["ms"] is None
+
+
+def test_a_kernel_path_is_tuned_then_timed_pinned(monkeypatch):
+    # On the CPU the kernels run under the interpreter (tests/conftest.py); the bench refuses them there
+    # (their times would mean nothing), so the test lets them through and times them with a fake timer.
+    monkeypatch.setattr(bench, "runs_on", lambda case, device: True)
+    held = []
+
+    def timer(call, device):
+        call()
+        held.append({k: len(bench.pinning.autotuner(k).configs) for k in ("forward", "dkdv", "dq")})
+        return Timing(2.0, 3.0)
+
+    monkeypatch.setattr(bench, "timing_ms", timer)
+    measured = case(
+        "qkv-flash", "forward+backward", "fp16", causal="top_left", seqlen_q=24, seqlen_k=24
+    )
+    record = bench.measure(measured, torch.device("cpu"))
+    assert record["status"] == "ok", record
+    assert (record["ms"], record["median_ms"], record["autotune"]) == (2.0, 3.0, False)
+    assert [trial["kernel"] for trial in record["tuning"]] == ["forward", "dkdv", "dq"]
+    assert record["config"].startswith("forward: BLOCK_M=")
+    assert "; dkdv: " in record["config"]
+    assert "; dq: " in record["config"]
+    assert record["gradients_checked"] is True
+    assert held == [dict.fromkeys(("forward", "dkdv", "dq"), 1)] * 4  # three trials, one timing
+
+
+def test_the_lower_right_path_is_torchs_bottom_right_bias():
+    q = torch.randn(2, 4, 3, 16)
+    k, v = (torch.randn(2, 2, 40, 16) for _ in range(2))
+    masks = {"is_causal": "bottom_right", "window": None, "key_lengths": None, "enable_gqa": True}
+    out = bench.attention_function(bench.LOWER_RIGHT_PATH)(q, k, v, **masks)
+    expected = qkv.attention(q.double(), k.double(), v.double(), backend="reference", **masks)
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="bottom-right causal attention without window or padding"):
+        bench.attention_function(bench.LOWER_RIGHT_PATH)(q, k, v, **masks | {"window": 2})

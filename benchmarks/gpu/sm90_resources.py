@@ -1,0 +1,111 @@
+"""Registers, stack (spills) and shared memory of every kernel configuration, compiled for sm_90 on any host.
+
+    TRITON_INTERPRET=0 QKV_FLASH_AUTOTUNE=1 PYTHONPATH=src python benchmarks/gpu/sm90_resources.py [OUT.json]
+
+Needs no GPU: each configuration that the autotuners of `qkv.kernels.flash` and `qkv.kernels.decode` may try
+is compiled for Hopper (`GPUTarget("cuda", 90, 32)`, D = 128, bfloat16, pointers 16-byte aligned as torch's
+are, full and causal), and the cubin read with the `cuobjdump` that Triton bundles: `REG` registers per
+thread, `STACK` bytes of stack frame per thread (above zero at 255 registers: ptxas spilled), and Triton's
+own count of shared memory (at most 232,448 bytes on an H100). The numbers are those of the Triton installed
+where it runs, which may not be the GPU machine's. One JSON line per configuration on stdout; all of them in
+OUT.json if given.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from qkv.kernels import decode, flash
+
+CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+TYPES = {"LSE": "*fp32", "Delta": "*fp32", "PartialOut": "*fp32", "PartialLSE": "*fp32"}
+TYPES |= {"scale": "fp32", "qk_scale": "fp32"}
+TYPES |= dict.fromkeys(["KeyLengths", "CuSeqlensQ", "CuSeqlensK", "BlockTables", "Lengths"], "*i32")
+TYPES |= dict.fromkeys(
+    ["seqlen_q", "seqlen_k", "bottom_right", "window", "group", "heads_kv", "page_size"], "i32"
+)
+TYPES |= dict.fromkeys(["max_pages", "num_splits"], "i32")
+
+
+def resources(kernel, constants: dict, config: triton.Config) -> dict:
+    """Compile `kernel` for sm_90 with `constants` and the launch options of `config`; read its cubin."""
+    constexprs = {name: constants[name] for name in kernel.arg_names if name in constants}
+    signature = {
+        p.name: "constexpr" if p.name in constexprs else TYPES.get(p.name, "*bf16")
+        for p in kernel.params
+    }
+    aligned = {
+        (i,): [["tt.divisibility", 16]]
+        for i, p in enumerate(kernel.params)
+        if signature[p.name].startswith("*")
+    }
+    compiled = triton.compile(
+        ASTSource(kernel, signature, constexprs, aligned),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+    )
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run(
+            [str(CUOBJDUMP), "--dump-resource-usage", cubin.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    registers, stack = (
+        int(re.search(rf"{field}:(\d+)", usage).group(1)) for field in ("REG", "STACK")
+    )
+    return {"registers": registers, "stack": stack, "shared": compiled.metadata.shared}
+
+
+def configurations():
+    """`(kernel name, kernel, constants, config)` for every configuration the autotuners may try."""
+    padded = {"CuSeqlensQ": None, "CuSeqlensK": None, "KeyLengths": None, "WINDOW": False}
+    tuned = {
+        "forward": flash._tuned_forward,
+        "dkdv": flash._tuned_backward_dkdv,
+        "dq": flash._tuned_backward_dq,
+    }
+    for name, autotuner in tuned.items():
+        for config in autotuner.configs:
+            for causal in (False, True):
+                constants = {"HEAD_DIM": 128, "CAUSAL": causal, **padded, **config.kwargs}
+                yield name, autotuner.fn, constants, config
+    for config in decode._tuned_split.configs:
+        for block_m in (16, 64):  # one query, and sixteen, of a group of four heads
+            constants = {"HEAD_DIM": 128, "BLOCK_M": block_m, "BlockTables": None, **config.kwargs}
+            yield "decode", decode._tuned_split.fn, constants, config
+
+
+def main() -> None:
+    if flash.INTERPRETED:
+        sys.exit(
+            "TRITON_INTERPRET=1: the kernels are interpreted, not compiled; set TRITON_INTERPRET=0"
+        )
+    rows = []
+    for name, kernel, constants, config in configurations():
+        started = time.monotonic()
+        row = {"kernel": name, "warps": config.num_warps, "stages": config.num_stages}
+        row |= {key: value for key, value in constants.items() if value is not None}
+        try:
+            row |= resources(kernel, constants, config)
+        except Exception as error:  # a configuration the compiler refuses is a result too
+            row["error"] = f"{type(error).__name__}: {error}"[:200]
+        row["compile_seconds"] = round(time.monotonic() - started, 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if len(sys.argv) > 1:
+        Path(sys.argv[1]).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
