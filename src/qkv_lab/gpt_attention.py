@@ -99,6 +99,7 @@ def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ())
             )
         zeroed.setdefault(layer, []).append(head)
 
+    # --8<-- [start:ablation-hook]
     def zero(heads_of_layer: list[int]):
         def hook(_module, inputs: tuple[Tensor]) -> tuple[Tensor]:
             merged = inputs[0].unflatten(-1, (model.config.heads, -1)).clone()  # (B, L, H, D)
@@ -111,6 +112,7 @@ def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ())
         model.blocks[layer].attn.out_proj.register_forward_pre_hook(zero(heads_of_layer))
         for layer, heads_of_layer in zeroed.items()
     ]
+    # --8<-- [end:ablation-hook]
     try:
         logits = model(ids[:, :-1])  # (B, L - 1, V)
     finally:

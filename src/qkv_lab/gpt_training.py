@@ -83,6 +83,7 @@ def ngram_bits_per_byte(train: bytes, validation: bytes, order: int) -> float:
     check_sizes(order=order)
     if len(validation) < 2:
         raise ValueError(f"validation must hold at least 2 bytes, got {len(validation)}")
+    # --8<-- [start:ngram-counts]
     follows = Counter()  # c(h, w), h of 0 to order - 1 bytes
     for n in range(1, order + 1):
         follows.update(train[i : i + n] for i in range(len(train) - n + 1))
@@ -99,6 +100,7 @@ def ngram_bits_per_byte(train: bytes, validation: bytes, order: int) -> float:
             seen[context] + kinds[context]
         )
 
+    # --8<-- [end:ngram-counts]
     bits = [
         -math.log2(probability(validation[max(0, i - order + 1) : i], validation[i]))
         for i in range(1, len(validation))
@@ -169,6 +171,7 @@ def train_gpt(
     offsets = torch.arange(config.context + 1)  # (C + 1,)
     losses = []
     with one_thread():
+        # --8<-- [start:train-step]
         for _ in range(steps):
             starts = torch.randint(len(train) - config.context, (batch, 1), generator=generator)
             windows = train[starts + offsets]  # (B, C + 1)
@@ -180,6 +183,7 @@ def train_gpt(
             optimizer.step()
             schedule.step()
             losses.append(loss.item())
+        # --8<-- [end:train-step]
     return model.eval(), losses
 
 

@@ -181,6 +181,7 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
             v = attn._split_heads(attn.v_proj(h))
             if attn.q_norm is not None:
                 q, k = attn.q_norm(q), attn.k_norm(k)
+            # --8<-- [start:streaming-cache]
             keys[i] = k if keys[i] is None else torch.cat([keys[i], k], dim=-2)
             values[i] = v if values[i] is None else torch.cat([values[i], v], dim=-2)
             keys[i] = qkv.streaming_window(keys[i], window, kept)  # (B, Hkv, n, D), n <= window
@@ -189,6 +190,7 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
             rope = {"base": attn.rope_base, "scaling": attn.rope_scaling}
             q = apply_rope(q, places[-1:], **rope)
             k = apply_rope(keys[i], places, **rope)
+            # --8<-- [end:streaming-cache]
             out = qkv.attention(q, k, values[i], enable_gqa=True, sinks=attn.sinks)  # (B, H, 1, D)
             x = x + attn.out_proj(out.transpose(1, 2).flatten(2))
             x = x + block.mlp(block.mlp_norm(x))

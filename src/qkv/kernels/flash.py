@@ -220,6 +220,7 @@ def _forward_kernel(
     lo_first, lo_last, hi_first, hi_last = _key_bounds(
         first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW
     )
+    # --8<-- [start:stages]
     start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_N)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of the scores (log2 units)
@@ -238,6 +239,7 @@ def _forward_kernel(
         acc, l_i, m_i, q, K, V, rows, full_end, end, kv_len, offset, window, qk_scale,
         HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
     )  # fmt: skip
+    # --8<-- [end:stages]
 
     empty = l_i == 0.0  # a row that may attend no key: output zeros, not 0 / 0
     l_i = tl.where(empty, 1.0, l_i)
