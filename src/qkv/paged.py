@@ -79,13 +79,15 @@ def paged_attention(
 
 # --8<-- [start:gather]
 def gather_pages(pages: Tensor, block_table: Tensor | list[int], length: int) -> Tensor:
-    """One sequence's first `length` tokens, read from the pool through its block table.
+    """One sequence's first `length` tokens, read from the pool through its
+    block table.
 
     Token `t` is in page `block_table[t // page_size]`, slot `t % page_size`.
 
     Args:
         pages: `(P, H_kv, page_size, D)`, a pool of keys or of values.
-        block_table: the sequence's pages in order, `n` of them (a list or an integer tensor `(n,)`).
+        block_table: the sequence's pages in order, `n` of them (a list or an
+            integer tensor `(n,)`).
         length: the tokens to read, at most `n * page_size`.
 
     Returns:
@@ -96,9 +98,7 @@ def gather_pages(pages: Tensor, block_table: Tensor | list[int], length: int) ->
     """
     capacity = len(block_table) * pages.size(2)
     if not 0 <= length <= capacity:
-        raise ValueError(
-            f"length must be in [0, {capacity}] (the table's pages hold that many), got {length}"
-        )
+        raise ValueError(f"length must be in [0, {capacity}] (the pages' size), got {length}")
     chosen = pages[block_table]  # (n, H_kv, page_size, D), in the table's order
     tokens = chosen.transpose(0, 1).flatten(1, 2)  # (H_kv, n * page_size, D)
     return tokens[:, :length]  # (H_kv, length, D)

@@ -43,7 +43,8 @@ def _check(model: object, ids: object) -> None:
 
 # --8<-- [start:maps]
 def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
-    """One block's attention weights, from its own projections: `x (B, L, E)` normed -> `(B, H, L, L)`."""
+    """One block's attention weights, from its own projections: `x (B, L, E)`
+    normed -> `(B, H, L, L)`."""
     q = attn.q_proj(x).unflatten(-1, (attn.heads, -1)).transpose(1, 2)  # (B, L, E) -> (B, H, L, D)
     k = attn.k_proj(x).unflatten(-1, (attn.kv_heads, -1)).transpose(1, 2)  # (B, Hkv, L, D)
     if attn.q_norm is not None:
@@ -58,10 +59,12 @@ def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
 
 @torch.no_grad()
 def attention_maps(model: GPT, ids: Tensor) -> Tensor:
-    """Every head's weights on `ids (B, L)`: `(layers, B, H, L, L)`, row i the weights of query i.
+    """Every head's weights on `ids (B, L)`: `(layers, B, H, L, L)`, row i the
+    weights of query i.
 
     Raises:
-        TypeError, ValueError: `model` not a GPT, a GPT with ALiBi, `ids` as `GPT.forward` rejects them.
+        TypeError, ValueError: `model` not a GPT, a GPT with ALiBi, `ids` as
+            `GPT.forward` rejects them.
     """
     _check(model, ids)
     positions = torch.arange(ids.size(1), device=ids.device)  # (L,)
@@ -81,13 +84,15 @@ def attention_maps(model: GPT, ids: Tensor) -> Tensor:
 # --8<-- [start:ablation]
 @torch.no_grad()
 def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ()) -> Tensor:
-    """The bits of each next byte of `ids (B, L)` with the outputs of `heads` (layer, head) set to zero.
+    """The bits of each next byte of `ids (B, L)` with the outputs of `heads`
+    (layer, head) set to zero.
 
     Returns:
         `(B, L - 1)`: entry i is `-log2 p(ids[:, i + 1] | ids[:, : i + 1])`.
 
     Raises:
-        TypeError, ValueError: as `attention_maps`, a head that is not `(layer, head)` within the model.
+        TypeError, ValueError: as `attention_maps`, a head that is not
+            `(layer, head)` within the model.
     """
     _check(model, ids)
     zeroed: dict[int, list[int]] = {}
