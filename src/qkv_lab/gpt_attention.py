@@ -99,8 +99,9 @@ def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ())
     for layer, head in heads:
         if not (0 <= layer < model.config.layers and 0 <= head < model.config.heads):
             raise ValueError(
-                f"heads must be (layer, head) with layer < {model.config.layers} and head < "
-                f"{model.config.heads}, got ({layer}, {head})"
+                "heads must be (layer, head) with layer < "
+                f"{model.config.layers} and head < {model.config.heads}, "
+                f"got ({layer}, {head})"
             )
         zeroed.setdefault(layer, []).append(head)
 

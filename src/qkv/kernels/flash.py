@@ -194,7 +194,8 @@ def _attend_to_keys(
 # --8<-- [start:forward-kernel]
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
 def _forward_kernel(
-    Q, K, V, Out, LSE, KeyLengths,  # (B, H, L, D), (B, H_kv, S, D) twice, (B, H, L, D), (B, H, L), (B,)
+    # (B, H, L, D), (B, H_kv, S, D) twice, (B, H, L, D), (B, H, L), (B,)
+    Q, K, V, Out, LSE, KeyLengths,
     CuSeqlensQ, CuSeqlensK,  # packed sequences: (B + 1,) each, or None
     qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
@@ -242,7 +243,8 @@ def _forward_kernel(
         kv_len, offset, window, qk_scale,
         HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, False,
     )  # fmt: skip
-    acc, l_i, m_i = _attend_to_keys(  # tiles across the diagonal or the last key
+    # tiles across the diagonal or the last key
+    acc, l_i, m_i = _attend_to_keys(
         acc, l_i, m_i, q, K, V, rows, full_end, end,
         kv_len, offset, window, qk_scale,
         HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
