@@ -88,24 +88,30 @@ class TransformerBlock(nn.Module):
         """Run the block.
 
         Args:
-            x: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape here), of the block's dtype and
-                device.
-            memory: `(B, S, E)`, what cross-attention attends over (required with `cross_attention`).
-            attn_mask: self-attention mask, bool (True = may attend) or float, broadcastable to `(B, H, L, L)`.
-            is_causal: causal self-attention: False, True, `"top_left"` or `"bottom_right"`, as
-                `MultiHeadAttention` takes it.
-            key_padding_mask: `(B, L)`, bool (True = ignore this position of `x`) or float (added).
-            memory_key_padding_mask: `(B, S)`, bool (True = ignore this position of `memory`) or float (added).
-            cache: the self-attention's `KVCache` when decoding: `x` holds only the new tokens, which attend
-                over the cached ones and themselves (`is_causal` aligned bottom-right; no `attn_mask` or
+            x: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape
+                here), of the block's dtype and device.
+            memory: `(B, S, E)`, what cross-attention attends over (required
+                with `cross_attention`).
+            attn_mask: self-attention mask, bool (True = may attend) or float,
+                broadcastable to `(B, H, L, L)`.
+            is_causal: causal self-attention: False, True, `"top_left"` or
+                `"bottom_right"`, as `MultiHeadAttention` takes it.
+            key_padding_mask: `(B, L)`, bool (True = ignore this position of
+                `x`) or float (added).
+            memory_key_padding_mask: `(B, S)`, bool (True = ignore this position
+                of `memory`) or float (added).
+            cache: the self-attention's `KVCache` when decoding: `x` holds only
+                the new tokens, which attend over the cached ones and themselves
+                (`is_causal` aligned bottom-right; no `attn_mask` or
                 `key_padding_mask` with it).
 
         Returns:
             `(B, L, E)`.
 
         Raises:
-            TypeError, ValueError: `x`, `memory` or a mask of the wrong type, dtype, shape or device;
-                `memory` given without cross-attention, or missing with it.
+            TypeError, ValueError: `x`, `memory` or a mask of the wrong type,
+                dtype, shape or device; `memory` given without cross-attention,
+                or missing with it.
         """
         self._check(x, memory, memory_key_padding_mask)
         x = x + self.residual_dropout(

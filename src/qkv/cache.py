@@ -40,20 +40,24 @@ class KVCache:
 
     # --8<-- [start:update]
     def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Append the keys and values of new tokens and return those of every token so far.
+        """Append the keys and values of new tokens and return those of every
+        token so far.
 
         Args:
             key: `(B, H, T_new, D)`.
             value: `(B, H, T_new, Dv)`.
 
         Returns:
-            `(keys, values)`: `(B, H, T, D)` and `(B, H, T, Dv)` with `T = len(self)` after the update, the
-            tokens in the order they were appended.
+            `(keys, values)`: `(B, H, T, D)` and `(B, H, T, Dv)` with
+            `T = len(self)` after the update, the tokens in the order they were
+            appended.
 
         Raises:
-            TypeError: a key or value that is not a floating-point tensor, or a dtype that differs.
-            ValueError: a key or value that is not 4-D, key and value that disagree on `(B, H, T_new)`, or a
-                batch, head count, head size or device that differs from what the cache holds.
+            TypeError: a key or value that is not a floating-point tensor, or a
+                dtype that differs.
+            ValueError: a key or value that is not 4-D, key and value that
+                disagree on `(B, H, T_new)`, or a batch, head count, head size
+                or device that differs from what the cache holds.
         """
         self._check(key, value)
         if self.key is None:
@@ -100,28 +104,33 @@ class KVCache:
 
 # --8<-- [start:streaming]
 def streaming_window(x: Tensor, window: int, sinks: int = 4) -> Tensor:
-    """The tokens a cache of `window` keeps of a stream: the first `sinks`, then the most recent ones.
+    """The tokens a cache of `window` keeps of a stream: the first `sinks`, then
+    the most recent ones.
 
-    StreamingLLM's rule (Xiao et al., 2024): the first tokens stay because models put much of their
-    attention on them; the rest is a sliding window. Until the stream outgrows the window, all is kept.
+    StreamingLLM's rule (Xiao et al., 2024): the first tokens stay because
+    models put much of their attention on them; the rest is a sliding window.
+    Until the stream outgrows the window, all is kept.
 
     Args:
         x: `(..., T, D)` keys or values, in the order the tokens came.
         window: the most tokens kept.
-        sinks: how many of the first tokens always stay, below `window`; 0 gives a plain sliding window.
+        sinks: how many of the first tokens always stay, below `window`; 0 gives
+            a plain sliding window.
 
     Returns:
-        `(..., min(T, window), D)`: the first `sinks` tokens, then the last `window - sinks`, in order.
+        `(..., min(T, window), D)`: the first `sinks` tokens, then the last
+        `window - sinks`, in order.
 
     Raises:
-        TypeError, ValueError: `x` not a floating-point tensor of 2 dimensions or more; `window` not a
-            positive int; `sinks` not an int in `[0, window)`.
+        TypeError, ValueError: `x` not a floating-point tensor of 2 dimensions
+            or more; `window` not a positive int; `sinks` not an int in
+            `[0, window)`.
     """
     check_tensor("x", x, min_dim=2)
     check_sizes(window=window)
     check_sizes(0, sinks=sinks)
     if sinks >= window:
-        raise ValueError(f"sinks ({sinks}) must be below window ({window}), or no new token fits")
+        raise ValueError(f"sinks ({sinks}) must be below window ({window}) to fit new tokens")
     if x.size(-2) <= window:
         return x
     recent = x[..., x.size(-2) - (window - sinks) :, :]  # (..., window - sinks, D)

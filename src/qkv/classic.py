@@ -80,7 +80,8 @@ class AdditiveAttention(_PairScoring):
 
     # --8<-- [start:additive]
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        """`e_ij = v^T tanh(W q_i + U k_j + b)`: `(B, L, Dq), (B, S, Dk) -> (B, L, S)`."""
+        """`e_ij = v^T tanh(W q_i + U k_j + b)`:
+        `(B, L, Dq), (B, S, Dk) -> (B, L, S)`."""
         q = self.query_proj(query)[:, :, None, :]  # (B, L, Dq) -> (B, L, 1, hidden)
         k = self.key_proj(keys)[:, None, :, :]  # (B, S, Dk) -> (B, 1, S, hidden)
         return self.score(torch.tanh(q + k)).squeeze(-1)  # (B, L, S, hidden) -> (B, L, S)
@@ -118,7 +119,8 @@ class LuongAttention(_PairScoring):
 
     # --8<-- [start:luong]
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        """The chosen score of every pair: `(B, L, D), (B, S, D) -> (B, L, S)`."""
+        """The chosen score of every pair:
+        `(B, L, D), (B, S, D) -> (B, L, S)`."""
         if self.kind == "dot":
             return query @ keys.transpose(1, 2)  # (B, L, D) @ (B, D, S) -> (B, L, S)
         if self.kind == "general":

@@ -62,9 +62,10 @@ def ring_attention(
 def ring_schedule(world: int, causal: bool = False) -> list[list[int | None]]:
     """Whose key and value block each rank attends to at each step of the ring.
 
-    At step `t`, rank `r` holds the block of rank `(r - t) % W`: every block moves one rank on per step. With
-    `causal`, a block from a later rank lies entirely in the future of this rank's queries: it is passed on
-    without being computed (None).
+    At step `t`, rank `r` holds the block of rank `(r - t) % W`: every block
+    moves one rank on per step. With `causal`, a block from a later rank lies
+    entirely in the future of this rank's queries: it is passed on without being
+    computed (None).
 
     Returns:
         `schedule[rank][step]`: a rank, or None where the step computes nothing.
@@ -99,7 +100,8 @@ class _RingAttention(torch.autograd.Function):
 def _ring_forward(
     q: Tensor, k: Tensor, v: Tensor, causal: bool, group: dist.ProcessGroup
 ) -> tuple[Tensor, Tensor]:
-    """This rank's output `(B, H, n, Dv)` and log-sum-exp `(B, H, n)` over every block of the ring."""
+    """This rank's output `(B, H, n, Dv)` and log-sum-exp `(B, H, n)` over every
+    block of the ring."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     out = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype, device=q.device)  # (B, H, n, Dv)
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)  # (B, H, n)
@@ -116,7 +118,8 @@ def _ring_forward(
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Softmax attention of q over one block of keys: the block's output and its log-sum-exp per query."""
+    """Softmax attention of q over one block of keys: the block's output and its
+    log-sum-exp per query."""
     scores = q @ k.transpose(-2, -1) * q.size(-1) ** -0.5  # (B, H, n, n)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -125,7 +128,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tenso
 
 
 def _merge(out: Tensor, lse: Tensor, block_out: Tensor, block_lse: Tensor) -> tuple[Tensor, Tensor]:
-    """Online softmax: two partial attentions over disjoint keys, each normalised by its own sum, as one."""
+    """Online softmax: two partial attentions over disjoint keys, each
+    normalised by its own sum, as one."""
     new_lse = torch.logaddexp(lse, block_lse)  # log(e^lse + e^block_lse): the sum over both
     out = (
         out * torch.exp(lse - new_lse)[..., None]

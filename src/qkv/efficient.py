@@ -376,7 +376,8 @@ class PerformerFeatures:
         projected = x @ self.projection.to(x).T  # W x': (..., N, M)
         half_squared_norm = (x * x).sum(dim=-1, keepdim=True) / 2  # |x'|^2 / 2: (..., N, 1)
         exponent = projected - half_squared_norm  # (..., N, M)
-        # a constant factor that cancels (see the class): each query's own, or one per sequence of keys
+        # a constant factor that cancels (see the class): each query's own, or
+        # one per sequence of keys
         per_sequence = not query and x.size(-2) > 0  # with no position, there is nothing to share
         stabiliser = exponent.amax(dim=(-2, -1) if per_sequence else -1, keepdim=True)
         return torch.exp(exponent - stabiliser) / math.sqrt(self.projection.size(0))

@@ -111,7 +111,8 @@ def block_mask(
     keep = _evaluate_mask(mask_fn, B or 1, H or 1, L, S, device)  # (B, H, L, S)
     tiles_q, tiles_k = math.ceil(L / block_size), math.ceil(S / block_size)
     padded = keep.new_zeros(B or 1, H or 1, tiles_q * block_size, tiles_k * block_size)
-    padded[..., :L, :S] = keep  # pairs past (L, S) count as dropped: such a tile is never full
+    # pairs past (L, S) count as dropped: such a tile is never full
+    padded[..., :L, :S] = keep
     tiles = padded.view(B or 1, H or 1, tiles_q, block_size, tiles_k, block_size)
     any_kept, all_kept = tiles.any(dim=(3, 5)), tiles.all(dim=(3, 5))  # (B, H, tiles_q, tiles_k)
     kinds = torch.where(all_kept, FULL, torch.where(any_kept, PARTIAL, EMPTY)).to(torch.int8)

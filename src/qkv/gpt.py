@@ -189,7 +189,8 @@ class Attention(nn.Module):
     def forward(
         self, x: Tensor, positions: Tensor, mask: Mask, cache: KVCache | None = None
     ) -> Tensor:
-        """`x (B, L, E)` at `positions (L,)` -> `(B, L, E)`; the cache, if any, grows by L tokens."""
+        """`x (B, L, E)` at `positions (L,)` -> `(B, L, E)`; the cache, if any,
+        grows by L tokens."""
         q = self._split_heads(self.q_proj(x))  # (B, L, E) -> (B, H, L, D)
         k = self._split_heads(self.k_proj(x))  # (B, L, E) -> (B, Hkv, L, D)
         v = self._split_heads(self.v_proj(x))  # (B, L, E) -> (B, Hkv, L, D)
@@ -334,18 +335,22 @@ class GPT(nn.Module):
         """The logits of the token after each of `ids`.
 
         Args:
-            ids: `(B, L)` int64 or int32 token ids in `[0, vocab_size)`, on the model's device.
-            cache: None, or `new_cache()`'s list, which holds the tokens before `ids` and grows by them: pass
-                the prompt, then one token at a time, and the logits are those of one pass over it all.
+            ids: `(B, L)` int64 or int32 token ids in `[0, vocab_size)`, on the
+                model's device.
+            cache: None, or `new_cache()`'s list, which holds the tokens before
+                `ids` and grows by them: pass the prompt, then one token at a
+                time, and the logits are those of one pass over it all.
 
         Returns:
             `(B, L, vocab_size)` logits, in the model's dtype.
 
         Raises:
-            TypeError: `ids` not an int64 or int32 tensor (uint8 bytes too: convert them with `ids.long()`),
-                a cache that is not a list of `KVCache`.
-            ValueError: `ids` not `(B, L)` with `B, L >= 1`, an id outside `[0, vocab_size)`, ids on another
-                device, a cache of the wrong length or batch, or more positions (cached and new) than the
+            TypeError: `ids` not an int64 or int32 tensor (uint8 bytes too:
+                convert them with `ids.long()`), a cache that is not a list of
+                `KVCache`.
+            ValueError: `ids` not `(B, L)` with `B, L >= 1`, an id outside
+                `[0, vocab_size)`, ids on another device, a cache of the wrong
+                length or batch, or more positions (cached and new) than the
                 model's `context`.
         """
         past = self._check(ids, cache)  # the number of tokens already cached
@@ -431,35 +436,42 @@ def next_token_probabilities(
     top_p: float | None = None,
     min_p: float | None = None,
 ) -> Tensor:
-    """The distribution a sampler draws the next token from: softmax at a temperature, then the filters.
+    """The distribution a sampler draws the next token from: softmax at a
+    temperature, then the filters.
 
-    Each filter keeps some tokens, sets the others to 0 and renormalises, in this order:
+    Each filter keeps some tokens, sets the others to 0 and renormalises, in
+    this order:
 
     - `top_k`: the k most probable tokens (and any tied with the k-th);
-    - `top_p` (nucleus sampling, Holtzman et al., 2020): the most probable tokens, in order, until their mass
-      reaches p; the token that crosses p is kept;
-    - `min_p`: the tokens at least `min_p` times as probable as the most probable one.
+    - `top_p` (nucleus sampling, Holtzman et al., 2020): the most probable
+      tokens, in order, until their mass reaches p; the token that crosses p is
+      kept;
+    - `min_p`: the tokens at least `min_p` times as probable as the most
+      probable one.
 
     Args:
-        logits: `(..., V)` floating point, no NaN or +inf; -inf rules a token out, but each row needs a
-            finite logit.
-        temperature: divides the logits; above 0 (below 1 sharpens, above 1 flattens). The logits are
-            shifted by their maximum and divided in float32 at least, so a tiny temperature gives the
-            most probable tokens, not an overflow.
+        logits: `(..., V)` floating point, no NaN or +inf; -inf rules a token
+            out, but each row needs a finite logit.
+        temperature: divides the logits; above 0 (below 1 sharpens, above 1
+            flattens). The logits are shifted by their maximum and divided in
+            float32 at least, so a tiny temperature gives the most probable
+            tokens, not an overflow.
         top_k: None or a positive int (k >= V keeps every token).
         top_p: None or a number in (0, 1].
         min_p: None or a number in [0, 1].
 
     Returns:
-        `(..., V)` probabilities, each row summing to 1, in the dtype of `logits`.
+        `(..., V)` probabilities, each row summing to 1, in the dtype of
+        `logits`.
 
     Raises:
-        TypeError, ValueError: `logits` not a floating-point tensor with a finite logit in each row, or
-            an argument outside its range.
+        TypeError, ValueError: `logits` not a floating-point tensor with a
+            finite logit in each row, or an argument outside its range.
     """
     _check_logits(logits)
     _check_sampling(temperature, top_k, top_p, min_p, greedy_allowed=False)
-    # in float32 at least, and shifted to at most 0: dividing by a tiny temperature cannot overflow
+    # in float32 at least, and shifted to at most 0: dividing by a tiny
+    # temperature cannot overflow
     dtype = torch.promote_types(logits.dtype, torch.float32)
     shifted = logits.to(dtype) - logits.amax(-1, keepdim=True).to(dtype)  # (..., V)
     probs = torch.softmax(shifted / temperature, dim=-1)  # (..., V)
@@ -497,17 +509,21 @@ def generate(
     min_p: float | None = None,
     seed: int = 0,
 ) -> Tensor:
-    """Continue `ids` by `max_new_tokens` tokens, one at a time, with a KV cache.
+    """Continue `ids` by `max_new_tokens` tokens, one at a time, with a KV
+    cache.
 
-    The prompt goes through the model once (prefill); then each new token alone (decode), its keys and values
-    appended to the cache. Temperature 0 takes the most probable token (greedy); otherwise each token is
-    drawn from `next_token_probabilities` by a `torch.Generator` of its own, seeded with `seed`, so the same
-    seed gives the same tokens and the global random state is left alone.
+    The prompt goes through the model once (prefill); then each new token alone
+    (decode), its keys and values appended to the cache. Temperature 0 takes the
+    most probable token (greedy); otherwise each token is drawn from
+    `next_token_probabilities` by a `torch.Generator` of its own, seeded with
+    `seed`, so the same seed gives the same tokens and the global random state
+    is left alone.
 
     Args:
         model: the `GPT`.
         ids: `(B, L)` integer prompt, as `GPT.forward` takes it.
-        max_new_tokens: how many tokens to add (0 or more); `L + max_new_tokens` must fit the context.
+        max_new_tokens: how many tokens to add (0 or more); `L + max_new_tokens`
+            must fit the context.
         temperature: 0 (greedy) or above, as for `next_token_probabilities`.
         top_k: as for `next_token_probabilities`.
         top_p: as for `next_token_probabilities`.
@@ -518,8 +534,9 @@ def generate(
         `(B, L + max_new_tokens)`: the prompt, then the new tokens.
 
     Raises:
-        TypeError, ValueError: as `GPT.forward` for `ids`; `model` not a `GPT`; `max_new_tokens` not a
-            non-negative int or more than the context leaves; a sampling argument outside its range.
+        TypeError, ValueError: as `GPT.forward` for `ids`; `model` not a `GPT`;
+            `max_new_tokens` not a non-negative int or more than the context
+            leaves; a sampling argument outside its range.
     """
     _check_generate(model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed)
     generator = torch.Generator(device=ids.device).manual_seed(seed)

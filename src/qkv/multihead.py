@@ -96,37 +96,47 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         backend: Backend = "auto",
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend from `query` over `key` and `value` (self-attention when they are left out).
+        """Attend from `query` over `key` and `value` (self-attention when they
+        are left out).
 
         Args:
-            query: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape here), of the module's dtype
-                and device.
+            query: `(B, L, E)`, or `(L, E)` unbatched (then no `B` in any shape
+                here), of the module's dtype and device.
             key: `(B, S, kdim)`; `query` when None.
             value: `(B, S, vdim)`; `key` when None.
-            key_padding_mask: `(B, S)` (`(S,)` unbatched), bool (True = IGNORE this key) or float (added to
-                the scores); a dimension of size 1 broadcasts.
-            attn_mask: bool (True = MAY ATTEND) or float (added): `(L, S)`, `(B*H, L, S)` (one per head)
-                or `(B, H, L, S)`; a dimension of size 1 broadcasts.
-            is_causal: False; True or `"top_left"` lets query `i` attend keys `j <= i` (torch's `is_causal`);
-                `"bottom_right"` keys `j <= i + S - L` (the last query sees every key). Needs no mask.
-            window: each query also sees only the `window` most recent keys it may see; needs `is_causal`.
-            need_weights: also return every head's attention weights (before dropout), computed by the
-                explicit formula whatever the backend.
-            cache: a `KVCache` for decoding, with a batched `query`: this call's keys and values are appended
-                to it and the queries attend over all of them; `is_causal` (True or `"bottom_right"`) is then
+            key_padding_mask: `(B, S)` (`(S,)` unbatched), bool (True = IGNORE
+                this key) or float (added to the scores); a dimension of size 1
+                broadcasts.
+            attn_mask: bool (True = MAY ATTEND) or float (added): `(L, S)`,
+                `(B*H, L, S)` (one per head) or `(B, H, L, S)`; a dimension of
+                size 1 broadcasts.
+            is_causal: False; True or `"top_left"` lets query `i` attend keys
+                `j <= i` (torch's `is_causal`); `"bottom_right"` keys
+                `j <= i + S - L` (the last query sees every key). Needs no mask.
+            window: each query also sees only the `window` most recent keys it
+                may see; needs `is_causal`.
+            need_weights: also return every head's attention weights (before
+                dropout), computed by the explicit formula whatever the backend.
+            cache: a `KVCache` for decoding, with a batched `query`: this call's
+                keys and values are appended to it and the queries attend over
+                all of them; `is_causal` (True or `"bottom_right"`) is then
                 bottom-right aligned. No other mask with it.
-            backend: which backend attends, as for `qkv.attention`. The kernels (`"triton"`) take the
-                causal mask, the window, and a bool `key_padding_mask` that ignores a suffix of every row
-                (it reaches them as key lengths; telling costs one device sync); no `attn_mask`, no other
-                padding, no dropout, and batched input whose head size `E/H` they support.
+            backend: which backend attends, as for `qkv.attention`. The kernels
+                (`"triton"`) take the causal mask, the window, and a bool
+                `key_padding_mask` that ignores a suffix of every row (it
+                reaches them as key lengths; telling costs one device sync); no
+                `attn_mask`, no other padding, no dropout, and batched input
+                whose head size `E/H` they support.
 
         Returns:
-            `output (B, L, E)`, or `(output, weights (B, H, L, S))` when `need_weights`.
+            `output (B, L, E)`, or `(output, weights (B, H, L, S))` when
+            `need_weights`.
 
         Raises:
-            TypeError: inputs or masks of the wrong type or dtype (the inputs' must be the parameters').
-            ValueError: inputs or masks of the wrong shape or device, an unknown `is_causal`, or a cache that
-                does not fit.
+            TypeError: inputs or masks of the wrong type or dtype (the inputs'
+                must be the parameters').
+            ValueError: inputs or masks of the wrong shape or device, an unknown
+                `is_causal`, or a cache that does not fit.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -153,7 +163,8 @@ class MultiHeadAttention(nn.Module):
 
     # --8<-- [start:heads]
     def _split_heads(self, x: Tensor) -> Tensor:
-        """`(B, N, E) -> (B, H, N, E/H)`: each head gets its own slice of the features."""
+        """`(B, N, E) -> (B, H, N, E/H)`: each head gets its own slice of the
+        features."""
         x = x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, N, E) -> (B, N, H, E/H)
         return x.transpose(-3, -2)  # (B, N, H, E/H) -> (B, H, N, E/H)
 

@@ -95,24 +95,29 @@ def paged_attention(
 
 # --8<-- [start:gather]
 def gather_pages(pages: Tensor, block_table: Tensor | list[int], length: int) -> Tensor:
-    """One sequence's first `length` tokens, read from the pool through its block table.
+    """One sequence's first `length` tokens, read from the pool through its
+    block table.
 
     Token `t` is in page `block_table[t // page_size]`, slot `t % page_size`.
 
     Args:
         pages: `(P, H_kv, page_size, D)`, a pool of keys or of values.
-        block_table: the sequence's pages in order, `n` of them (a list or an integer tensor `(n,)`).
+        block_table: the sequence's pages in order, `n` of them (a list or an
+            integer tensor `(n,)`).
         length: the tokens to read, at most `n * page_size`.
 
     Returns:
         `(H_kv, length, D)`.
 
     Raises:
-        TypeError: `pages` not a floating-point tensor, a table of non-integers, `length` not an int.
-        ValueError: `pages` not 4-D, a table not `(n,)` or on another device, a page index outside
-            `[0, P)`, a length outside `[0, n * page_size]`.
+        TypeError: `pages` not a floating-point tensor, a table of
+            non-integers, `length` not an int.
+        ValueError: `pages` not 4-D, a table not `(n,)` or on another device,
+            a page index outside `[0, P)`, a length outside
+            `[0, n * page_size]`.
     """
-    block_table = _check_gather(pages, block_table, length)  # as int64 `(n,)` on the pool's device
+    # the table as int64 `(n,)` on the pool's device
+    block_table = _check_gather(pages, block_table, length)
     chosen = pages[block_table]  # (n, H_kv, page_size, D), in the table's order
     tokens = chosen.transpose(0, 1).flatten(1, 2)  # (H_kv, n * page_size, D)
     return tokens[:, :length]  # (H_kv, length, D)

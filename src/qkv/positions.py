@@ -20,9 +20,11 @@ from qkv.rope_scaling import rope_frequencies
 
 # --8<-- [start:sinusoidal]
 def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> Tensor:
-    """The sinusoidal position table of Vaswani et al. (2017), to be added to the token embeddings.
+    """The sinusoidal position table of Vaswani et al. (2017), to be added to
+    the token embeddings.
 
-    Entry `[p, 2i]` is `sin(p / base**(2i/dim))` and entry `[p, 2i+1]` is `cos` of the same angle.
+    Entry `[p, 2i]` is `sin(p / base**(2i/dim))` and entry `[p, 2i+1]` is `cos`
+    of the same angle.
 
     Args:
         n: the number of positions, 0 to n - 1.
@@ -33,7 +35,8 @@ def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> Tensor:
         float32 `(n, dim)`.
 
     Raises:
-        TypeError, ValueError: `n` not a non-negative int, `dim` not a positive even int, or `base` not above 1.
+        TypeError, ValueError: `n` not a non-negative int, `dim` not a positive
+            even int, or `base` not above 1.
     """
     check_sizes(0, n=n)
     check_sizes(dim=dim)
@@ -103,7 +106,8 @@ def apply_rope(
 
 # --8<-- [start:rope]
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    """Turn pair i of every row, `(x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)`, by its row's angle."""
+    """Turn pair i of every row,
+    `(x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)`, by its row's angle."""
     if interleaved:  # pairs (0, 1), (2, 3), ...
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., N, D/2) each
     else:  # pairs (0, D/2), (1, D/2 + 1), ...
@@ -133,11 +137,13 @@ def _check_positions(positions: object, x: Tensor) -> None:
 
 # --8<-- [start:alibi]
 def alibi_slopes(num_heads: int) -> Tensor:
-    """The per-head slopes of ALiBi (Press et al., 2022): a geometric sequence that starts at and falls by
-    `2**(-8/H)`, so 8 heads get 1/2, 1/4, ..., 1/256.
+    """The per-head slopes of ALiBi (Press et al., 2022): a geometric sequence
+    that starts at and falls by `2**(-8/H)`, so 8 heads get 1/2, 1/4, ...,
+    1/256.
 
-    When H is not a power of two, the first `2**floor(log2 H)` heads take that power's slopes, and the others
-    take every other slope of the sequence for twice that power (the rule of the paper's code).
+    When H is not a power of two, the first `2**floor(log2 H)` heads take that
+    power's slopes, and the others take every other slope of the sequence for
+    twice that power (the rule of the paper's code).
 
     Args:
         num_heads: H.

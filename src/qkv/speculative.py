@@ -107,7 +107,8 @@ def speculative_generate(
             draft_probs.append(probs)
         proposed = tokens[len(tokens) - guesses :]
         del tokens[len(tokens) - guesses :]
-        # one target pass over the tokens it has not seen and every guess: guesses + 1 distributions
+        # one target pass over the tokens it has not seen and every guess:
+        # guesses + 1 distributions
         logits = _advance(target, target_cache, tokens + proposed, every=guesses + 1)  # (g + 1, V)
         target_probs = [_distribution(row, sampling) for row in logits]
         forwards, drafted = forwards + 1, drafted + guesses
@@ -118,7 +119,7 @@ def speculative_generate(
                 continue
             tokens.append(_replacement(p, q, temperature, generator))
             break
-        else:  # every guess kept: the target's distribution after the last gives one more token
+        else:  # all kept: the target's last distribution gives one more token
             tokens.append(_draw(target_probs[-1], temperature, generator))
         # --8<-- [end:round]
         seen = len(tokens) - 1  # each cache may keep the tokens before the newest, no more

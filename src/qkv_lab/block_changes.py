@@ -34,9 +34,12 @@ from qkv_lab.harness import environment, write_json
 from qkv_lab.toys import one_thread
 
 # --8<-- [start:ladder]
-START = {  # the site GPT's sizes, in a block shaped as GPT-2's but with the original's post-LN
-    "vocab_size": 256, "width": 64, "layers": 3, "heads": 4, "kv_heads": 4, "context": 128,
-    "norm_position": "post", "norm": "layer", "mlp": "gelu", "positions": "learned", "bias": True,
+# the site GPT's sizes, in a block shaped as GPT-2's but with the original's
+# post-LN
+START = {
+    "vocab_size": 256, "width": 64, "layers": 3, "heads": 4, "kv_heads": 4,
+    "context": 128, "norm_position": "post", "norm": "layer", "mlp": "gelu",
+    "positions": "learned", "bias": True,
 }  # fmt: skip
 CHANGES = (  # each rung's change, applied on top of every change before it
     ("post-LN", {}),

@@ -11,10 +11,12 @@ from qkv.multihead import MultiHeadAttention
 
 # --8<-- [start:cat-sat]
 def cat_sat() -> tuple[list[str], Tensor, Tensor, Tensor]:
-    """The sentence "the cat sat on the mat", with embeddings and projections chosen by hand, not learned.
+    """The sentence "the cat sat on the mat", with embeddings and projections
+    chosen by hand, not learned.
 
     Returns:
-        The tokens, their embeddings `x (N, 5)`, and the projections `w_q (5, 3)`, `w_k (5, 3)`.
+        The tokens, their embeddings `x (N, 5)`, and the projections
+        `w_q (5, 3)`, `w_k (5, 3)`.
     """
     # one-hot features: animate, action, object, determiner, preposition
     vocab = {
@@ -40,11 +42,13 @@ def cat_sat() -> tuple[list[str], Tensor, Tensor, Tensor]:
 
 # --8<-- [start:position-heads]
 def position_heads(n_tokens: int = 6) -> tuple[MultiHeadAttention, Tensor]:
-    """Four heads set by hand: the previous token (wrapping around), the token itself, the next, the first.
+    """Four heads set by hand: the previous token (wrapping around), the token
+    itself, the next, the first.
 
     Returns:
-        The module, `E = 4 * n_tokens` wide with heads of `n_tokens` features, and its input `x (1, N, E)`:
-        token `p` is the one-hot vector of position `p`.
+        The module, `E = 4 * n_tokens` wide with heads of `n_tokens` features,
+        and its input `x (1, N, E)`: token `p` is the one-hot vector of position
+        `p`.
     """
     n, heads = n_tokens, 4
     mha = MultiHeadAttention(n * heads, heads, bias=False)
@@ -56,6 +60,7 @@ def position_heads(n_tokens: int = 6) -> tuple[MultiHeadAttention, Tensor]:
             mha.k_proj.weight[h * n : (h + 1) * n, :n] = torch.eye(n)  # key of token p: e_p
         for h, shift in enumerate((-1, 0, 1)):  # query of token p: 12 e_(p + shift)
             mha.q_proj.weight[h * n : (h + 1) * n, :n] = 12 * torch.eye(n).roll(shift, dims=0)
-        mha.q_proj.weight[3 * n, :n] = 12  # head 3: every query asks for position 0
+        # head 3: every query asks for position 0
+        mha.q_proj.weight[3 * n, :n] = 12
     return mha, x
     # --8<-- [end:position-heads]

@@ -31,7 +31,8 @@ def last_seen_batch(
     generator: torch.Generator, batch: int, length: int, p: float = 0.2
 ) -> tuple[Tensor, Tensor]:
     """`tokens (B, N)`, a value token at each position with probability `p`, and
-    `target (B, N)`: the latest value token so far (-100, ignored, before the first)."""
+    `target (B, N)`: the latest value token so far (-100, ignored, before the
+    first)."""
     is_value = torch.rand(batch, length, generator=generator) < p
     values = torch.randint(1, VALUES + 1, (batch, length), generator=generator)
     tokens = torch.where(is_value, values, 0)

@@ -43,7 +43,8 @@ def _check(model: object, ids: object) -> None:
 
 # --8<-- [start:maps]
 def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
-    """One block's attention weights, from its own projections: `x (B, L, E)` normed -> `(B, H, L, L)`."""
+    """One block's attention weights, from its own projections: `x (B, L, E)`
+    normed -> `(B, H, L, L)`."""
     q = attn.q_proj(x).unflatten(-1, (attn.heads, -1)).transpose(1, 2)  # (B, L, E) -> (B, H, L, D)
     k = attn.k_proj(x).unflatten(-1, (attn.kv_heads, -1)).transpose(1, 2)  # (B, Hkv, L, D)
     if attn.q_norm is not None:
@@ -58,10 +59,12 @@ def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
 
 @torch.no_grad()
 def attention_maps(model: GPT, ids: Tensor) -> Tensor:
-    """Every head's weights on `ids (B, L)`: `(layers, B, H, L, L)`, row i the weights of query i.
+    """Every head's weights on `ids (B, L)`: `(layers, B, H, L, L)`, row i the
+    weights of query i.
 
     Raises:
-        TypeError, ValueError: `model` not a GPT, a GPT with ALiBi, `ids` as `GPT.forward` rejects them.
+        TypeError, ValueError: `model` not a GPT, a GPT with ALiBi, `ids` as
+            `GPT.forward` rejects them.
     """
     _check(model, ids)
     positions = torch.arange(ids.size(1), device=ids.device)  # (L,)
@@ -81,24 +84,28 @@ def attention_maps(model: GPT, ids: Tensor) -> Tensor:
 # --8<-- [start:ablation]
 @torch.no_grad()
 def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ()) -> Tensor:
-    """The bits of each next byte of `ids (B, L)` with the outputs of `heads` (layer, head) set to zero.
+    """The bits of each next byte of `ids (B, L)` with the outputs of `heads`
+    (layer, head) set to zero.
 
     Returns:
         `(B, L - 1)`: entry i is `-log2 p(ids[:, i + 1] | ids[:, : i + 1])`.
 
     Raises:
-        TypeError, ValueError: as `attention_maps`, a head that is not `(layer, head)` within the model.
+        TypeError, ValueError: as `attention_maps`, a head that is not
+            `(layer, head)` within the model.
     """
     _check(model, ids)
     zeroed: dict[int, list[int]] = {}
     for layer, head in heads:
         if not (0 <= layer < model.config.layers and 0 <= head < model.config.heads):
             raise ValueError(
-                f"heads must be (layer, head) with layer < {model.config.layers} and head < "
-                f"{model.config.heads}, got ({layer}, {head})"
+                "heads must be (layer, head) with layer < "
+                f"{model.config.layers} and head < {model.config.heads}, "
+                f"got ({layer}, {head})"
             )
         zeroed.setdefault(layer, []).append(head)
 
+    # --8<-- [start:ablation-hook]
     def zero(heads_of_layer: list[int]):
         def hook(_module, inputs: tuple[Tensor]) -> tuple[Tensor]:
             merged = inputs[0].unflatten(-1, (model.config.heads, -1)).clone()  # (B, L, H, D)
@@ -111,6 +118,7 @@ def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ())
         model.blocks[layer].attn.out_proj.register_forward_pre_hook(zero(heads_of_layer))
         for layer, heads_of_layer in zeroed.items()
     ]
+    # --8<-- [end:ablation-hook]
     try:
         logits = model(ids[:, :-1])  # (B, L - 1, V)
     finally:

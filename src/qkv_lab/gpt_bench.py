@@ -33,10 +33,12 @@ NEW_TOKENS = (16, 32, 64, 112)  # the longest fills the context of 128 after the
 # --8<-- [start:uncached]
 @torch.no_grad()
 def generate_uncached(model: GPT, ids: Tensor, max_new_tokens: int) -> Tensor:
-    """Greedy decoding without a cache: every step runs the model over all of `ids (B, L)` so far.
+    """Greedy decoding without a cache: every step runs the model over all of
+    `ids (B, L)` so far.
 
     Returns:
-        `(B, L + max_new_tokens)`, the tokens `generate(model, ids, max_new_tokens, temperature=0)` gives.
+        `(B, L + max_new_tokens)`, the tokens
+        `generate(model, ids, max_new_tokens, temperature=0)` gives.
     """
     check_sizes(0, max_new_tokens=max_new_tokens)
     for _ in range(max_new_tokens):

@@ -33,9 +33,9 @@ from qkv_lab.remember import remembered
 from qkv_lab.toys import one_thread
 
 # --8<-- [start:config]
-SITE_CONFIG = GPTConfig(
-    vocab_size=256, width=64, layers=3, heads=4, kv_heads=2, context=128
-)  # Llama's shape: RMSNorm, SwiGLU, RoPE, grouped-query attention (2 key-value heads), tied embeddings
+# Llama's shape: RMSNorm, SwiGLU, RoPE, grouped-query attention (2 key-value
+# heads), tied embeddings
+SITE_CONFIG = GPTConfig(vocab_size=256, width=64, layers=3, heads=4, kv_heads=2, context=128)
 STEPS, BATCH, LR, SEED = 1000, 8, 5e-3, 0  # about a minute on one thread
 VALIDATION = 0.1  # the last tenth of the text
 # --8<-- [end:config]
@@ -66,23 +66,28 @@ def split(data: Tensor, validation: float = VALIDATION) -> tuple[Tensor, Tensor]
 
 # --8<-- [start:ngram]
 def ngram_bits_per_byte(train: bytes, validation: bytes, order: int) -> float:
-    """The bits per byte of an n-gram model of `train` on every byte of `validation` but the first.
+    """The bits per byte of an n-gram model of `train` on every byte of
+    `validation` but the first.
 
-    Witten-Bell smoothing: with `h` the `order - 1` bytes before `w`, `c(h, w)` the count of `h` then `w` in
-    `train`, `c(h)` the count of `h` followed by any byte and `T(h)` the number of distinct bytes that follow it,
+    Witten-Bell smoothing: with `h` the `order - 1` bytes before `w`, `c(h, w)`
+    the count of `h` then `w` in `train`, `c(h)` the count of `h` followed by
+    any byte and `T(h)` the number of distinct bytes that follow it,
 
         P(w | h) = (c(h, w) + T(h) P(w | h')) / (c(h) + T(h))
 
-    where `h'` is `h` without its first byte; the unigram interpolates with `1/256`, and a context never seen
-    in `train` (`c(h) = 0`) gives `P(w | h')`. A byte whose context is cut short by the start of
-    `validation` is predicted from the context there is.
+    where `h'` is `h` without its first byte; the unigram interpolates with
+    `1/256`, and a context never seen in `train` (`c(h) = 0`) gives `P(w | h')`.
+    A byte whose context is cut short by the start of `validation` is predicted
+    from the context there is.
 
     Raises:
-        ValueError: `order` not positive, or a `validation` of fewer than 2 bytes.
+        ValueError: `order` not positive, or a `validation` of fewer than 2
+            bytes.
     """
     check_sizes(order=order)
     if len(validation) < 2:
         raise ValueError(f"validation must hold at least 2 bytes, got {len(validation)}")
+    # --8<-- [start:ngram-counts]
     follows = Counter()  # c(h, w), h of 0 to order - 1 bytes
     for n in range(1, order + 1):
         follows.update(train[i : i + n] for i in range(len(train) - n + 1))
@@ -99,6 +104,7 @@ def ngram_bits_per_byte(train: bytes, validation: bytes, order: int) -> float:
             seen[context] + kinds[context]
         )
 
+    # --8<-- [end:ngram-counts]
     bits = [
         -math.log2(probability(validation[max(0, i - order + 1) : i], validation[i]))
         for i in range(1, len(validation))
@@ -142,12 +148,15 @@ def train_gpt(
     seed: int,
     start: dict[str, Tensor] | None = None,
 ) -> tuple[GPT, list[float]]:
-    """A `GPT` trained by AdamW on random windows of `train`; the model (eval mode) and every step's loss.
+    """A `GPT` trained by AdamW on random windows of `train`; the model (eval
+    mode) and every step's loss.
 
-    Each step draws `batch` windows of `context + 1` bytes from a generator seeded with `seed` and minimises
-    the cross-entropy of each byte given the ones before it, its gradient clipped to norm 1. The learning rate
-    rises linearly over the first tenth of the steps, then falls along a cosine to a tenth of `lr`. The
-    weights start from `seed`, or from the state dict `start` (a fine-tune). One thread: see `qkv_lab.toys`.
+    Each step draws `batch` windows of `context + 1` bytes from a generator
+    seeded with `seed` and minimises the cross-entropy of each byte given the
+    ones before it, its gradient clipped to norm 1. The learning rate rises
+    linearly over the first tenth of the steps, then falls along a cosine to a
+    tenth of `lr`. The weights start from `seed`, or from the state dict `start`
+    (a fine-tune). One thread: see `qkv_lab.toys`.
     """
     check_sizes(steps=steps, batch=batch)
     torch.manual_seed(seed)  # the initial weights
@@ -159,7 +168,8 @@ def train_gpt(
     warmup = max(1, steps // 10)
 
     def rate(step: int) -> float:
-        """The learning rate at `step`, as a multiple of `lr`: the lower of the ramp and the cosine."""
+        """The learning rate at `step`, as a multiple of `lr`: the lower of the
+        ramp and the cosine."""
         cosine = (
             0.1 + 0.9 * (1 + math.cos(math.pi * step / steps)) / 2
         )  # 1 at step 0, 0.1 at the end
@@ -169,6 +179,7 @@ def train_gpt(
     offsets = torch.arange(config.context + 1)  # (C + 1,)
     losses = []
     with one_thread():
+        # --8<-- [start:train-step]
         for _ in range(steps):
             starts = torch.randint(len(train) - config.context, (batch, 1), generator=generator)
             windows = train[starts + offsets]  # (B, C + 1)
@@ -180,6 +191,7 @@ def train_gpt(
             optimizer.step()
             schedule.step()
             losses.append(loss.item())
+        # --8<-- [end:train-step]
     return model.eval(), losses
 
 

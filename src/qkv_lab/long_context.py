@@ -65,10 +65,12 @@ OUT = Path(__file__).parent / "results" / "long-context.json"
 # --8<-- [start:settings]
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What the sweep trains and measures; the defaults are the recorded run's."""
+    """What the sweep trains and measures; the defaults are the recorded
+    run's."""
 
     config: GPTConfig = SITE_CONFIG  # the site's GPT: context 128
-    steps: int = STEPS  # the site GPT's recipe: 1,000 steps of 8 windows at 5e-3
+    # the site GPT's recipe: 1,000 steps of 8 windows at 5e-3
+    steps: int = STEPS
     batch: int = BATCH
     lr: float = LR
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -76,26 +78,39 @@ class Settings:
     window: int = 128  # the streaming cache holds one context
     kept: int = 4  # StreamingLLM's first tokens kept
     bucket: int = 128  # positions per bucket of the streaming loss
-    recompute_every: int = 8  # the recomputed baseline: 1 prediction in 8 past the first window
+    # the recomputed baseline: 1 prediction in 8 past the first window
+    recompute_every: int = 8
     lengths: tuple[int, ...] = (128, 256, 512)  # 1x, 2x and 4x the context
-    scalings: tuple[tuple[str, dict | None], ...] = (  # qkv.rope_frequencies' format, stretching 4x
+    # qkv.rope_frequencies' format, stretching 4x
+    scalings: tuple[tuple[str, dict | None], ...] = (
         ("plain", None),
         ("linear", {"rope_type": "linear", "factor": 4.0}),
         ("NTK", {"rope_type": "ntk", "factor": 4.0}),
         (  # factor 1: NTK at exactly the stretch each length needs, L / 128
             "dynamic NTK",
-            {"rope_type": "dynamic", "factor": 1.0, "original_max_position_embeddings": 128},
+            {
+                "rope_type": "dynamic", "factor": 1.0,
+                "original_max_position_embeddings": 128,
+            },
         ),
-        ("YaRN", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}),
+        (
+            "YaRN",
+            {
+                "rope_type": "yarn", "factor": 4.0,
+                "original_max_position_embeddings": 128,
+            },
+        ),
         (
             "Llama 3",
             {
-                "rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 128,
+                "rope_type": "llama3", "factor": 4.0,
+                "original_max_position_embeddings": 128,
                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             },
         ),
     )  # fmt: skip
-    fine_tune_steps: int = 100  # at the longest length, 4 windows of 512 bytes a step
+    # at the longest length, 4 windows of 512 bytes a step
+    fine_tune_steps: int = 100
     fine_tune_batch: int = 4
     fine_tune_lr: float = 1e-3
 
@@ -157,14 +172,17 @@ def _check_streamable(model: GPT) -> None:
 # --8<-- [start:streaming]
 @torch.no_grad()
 def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
-    """The bits of each next byte of `ids (B, N)`, decoded one at a time through a cache of `window` tokens.
+    """The bits of each next byte of `ids (B, N)`, decoded one at a time through
+    a cache of `window` tokens.
 
-    Each block caches its keys before RoPE and, after appending the new token, keeps what
-    `qkv.streaming_window(., window, kept)` keeps; then the cached keys turn by their place in the cache,
-    `0 .. n - 1`, and the new query by `n - 1`, its own place.
+    Each block caches its keys before RoPE and, after appending the new token,
+    keeps what `qkv.streaming_window(., window, kept)` keeps; then the cached
+    keys turn by their place in the cache, `0 .. n - 1`, and the new query by
+    `n - 1`, its own place.
 
     Returns:
-        `(B, N - 1)`: entry `i` is `-log2 p(ids[:, i + 1] | what the cache holds after ids[:, i])`.
+        `(B, N - 1)`: entry `i` is
+        `-log2 p(ids[:, i + 1] | what the cache holds after ids[:, i])`.
     """
     _check_streamable(model)
     keys, values = (
@@ -181,6 +199,7 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
             v = attn._split_heads(attn.v_proj(h))
             if attn.q_norm is not None:
                 q, k = attn.q_norm(q), attn.k_norm(k)
+            # --8<-- [start:streaming-cache]
             keys[i] = k if keys[i] is None else torch.cat([keys[i], k], dim=-2)
             values[i] = v if values[i] is None else torch.cat([values[i], v], dim=-2)
             keys[i] = qkv.streaming_window(keys[i], window, kept)  # (B, Hkv, n, D), n <= window
@@ -189,6 +208,7 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
             rope = {"base": attn.rope_base, "scaling": attn.rope_scaling}
             q = apply_rope(q, places[-1:], **rope)
             k = apply_rope(keys[i], places, **rope)
+            # --8<-- [end:streaming-cache]
             out = qkv.attention(q, k, values[i], enable_gqa=True, sinks=attn.sinks)  # (B, H, 1, D)
             x = x + attn.out_proj(out.transpose(1, 2).flatten(2))
             x = x + block.mlp(block.mlp_norm(x))

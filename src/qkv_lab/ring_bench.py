@@ -92,7 +92,8 @@ def _rank(rank: int, world: int, port: int, ns: list[int], causal: bool, repeats
     # --8<-- [start:launch]
     dist.init_process_group(
         "gloo",  # CPU tensors; "nccl" for GPUs
-        init_method=f"tcp://127.0.0.1:{port}",  # where the ranks meet: rank 0's address
+        # where the ranks meet: rank 0's address
+        init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
         timeout=datetime.timedelta(seconds=120),

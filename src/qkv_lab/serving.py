@@ -35,7 +35,8 @@ from qkv_lab.toys import one_thread
 DRAFT_CONFIG = GPTConfig(
     vocab_size=256, width=32, layers=2, heads=2, kv_heads=1, context=128
 )  # the site GPT's tokens and context, half its width, two layers of its three
-DRAFT_STEPS = 600  # trained like the site GPT (same split, batch, rate, seed), fewer steps
+# trained like the site GPT (same split, batch, rate, seed), fewer steps
+DRAFT_STEPS = 600
 # --8<-- [end:draft]
 # --8<-- [start:batch]
 REQUEST_LENGTHS = (1843, 97, 412, 1210, 33, 688, 256, 1501)  # tokens each request holds now

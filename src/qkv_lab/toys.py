@@ -59,17 +59,20 @@ def _fit(
 def reverse_task(
     batch: int, length: int, vocab: int, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
-    """Random `source (B, S)` tokens and the `target (B, S)` to produce: the source reversed."""
+    """Random `source (B, S)` tokens and the `target (B, S)` to produce: the
+    source reversed."""
     source = torch.randint(vocab, (batch, length), generator=generator)
     return source, source.flip(-1)
 
 
 class ReverseAligner(nn.Module):
-    """The smallest encoder-decoder that must align: additive attention from output steps to source tokens.
+    """The smallest encoder-decoder that must align: additive attention from
+    output steps to source tokens.
 
-    The encoder annotates each source token with its position (key: token + position embedding; value: the
-    token embedding alone). The decoder has no recurrence: its state at output step `i` is a learned vector.
-    So the only way to emit the right token is to attend to the right source position.
+    The encoder annotates each source token with its position (key: token +
+    position embedding; value: the token embedding alone). The decoder has no
+    recurrence: its state at output step `i` is a learned vector. So the only
+    way to emit the right token is to attend to the right source position.
     """
 
     def __init__(self, vocab: int, length: int, dim: int) -> None:
@@ -82,7 +85,8 @@ class ReverseAligner(nn.Module):
         self.readout = nn.Linear(dim, vocab)
 
     def forward(self, source: Tensor) -> tuple[Tensor, Tensor]:
-        """`source (B, S)` tokens -> `(logits (B, S, vocab), weights (B, S, S))`, output steps by source."""
+        """`source (B, S)` tokens ->
+        `(logits (B, S, vocab), weights (B, S, S))`, output steps by source."""
         positions = torch.arange(source.shape[-1])  # (S,)
         keys = self.tokens(source) + self.positions(positions)  # (B, S, dim)
         values = self.tokens(source)  # (B, S, dim)
@@ -94,7 +98,8 @@ class ReverseAligner(nn.Module):
 def train_aligner(
     vocab: int = 10, length: int = 8, dim: int = 16, steps: int = 100, seed: int = 0
 ) -> ReverseAligner:
-    """A `ReverseAligner` trained by Adam on `steps` batches of 32 random sequences."""
+    """A `ReverseAligner` trained by Adam on `steps` batches of 32 random
+    sequences."""
     torch.manual_seed(seed)  # the initial weights
     generator = torch.Generator().manual_seed(seed)  # the data
 
@@ -110,16 +115,19 @@ def train_aligner(
 
 
 # --8<-- [start:alignment]
-TEST_SEED = 1000  # the generator of the test sequences: no training run here uses it
+# the generator of the test sequences: no training run here uses it
+TEST_SEED = 1000
 
 
 @remembered
 def measure_aligner(seed: int) -> dict[str, float]:
-    """Train `train_aligner(seed=seed)` and measure it on 256 test sequences of 8 tokens from 10.
+    """Train `train_aligner(seed=seed)` and measure it on 256 test sequences of
+    8 tokens from 10.
 
-    Returns plain numbers: `accuracy`, the fraction of output tokens right; `reads`, the fraction of output
-    steps `i` whose largest weight is on source position `S - 1 - i`; `on_anti_diagonal`, the mean weight
-    there; `largest`, the mean of each step's largest weight; `b_start` and `b_trained`, the bound
+    Returns plain numbers: `accuracy`, the fraction of output tokens right;
+    `reads`, the fraction of output steps `i` whose largest weight is on source
+    position `S - 1 - i`; `on_anti_diagonal`, the mean weight there; `largest`,
+    the mean of each step's largest weight; `b_start` and `b_trained`, the bound
     `sum_k |v_a,k|` on the scores before and after training.
     """
     model = train_aligner(vocab=10, length=8, seed=seed)
@@ -145,10 +153,12 @@ def measure_aligner(seed: int) -> dict[str, float]:
 def repeated_segments(
     batch: int, length: int, vocab: int, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
-    """`tokens (B, N)`: a segment of `n` distinct tokens, the same segment again, then random tokens.
+    """`tokens (B, N)`: a segment of `n` distinct tokens, the same segment
+    again, then random tokens.
 
-    `n (B,)` is drawn per sequence from 3 to `N // 2`, so the repeat starts at a different position in each
-    sequence: only the tokens, not their positions, tell where the copy is. Needs `vocab >= N // 2`.
+    `n (B,)` is drawn per sequence from 3 to `N // 2`, so the repeat starts at a
+    different position in each sequence: only the tokens, not their positions,
+    tell where the copy is. Needs `vocab >= N // 2`.
     """
     n = torch.randint(3, length // 2 + 1, (batch,), generator=generator)  # (B,)
     shuffled = torch.rand(batch, vocab, generator=generator).argsort(-1)  # (B, vocab) permutations
@@ -161,15 +171,18 @@ def repeated_segments(
 
 
 def predictable(n: Tensor, length: int) -> Tensor:
-    """`(B, N)` bool: positions `t` whose next token is known from the first copy (`n <= t < 2n - 1`)."""
+    """`(B, N)` bool: positions `t` whose next token is known from the first
+    copy (`n <= t < 2n - 1`)."""
     position = torch.arange(length)  # (N,)
     return (position >= n[:, None]) & (position < 2 * n[:, None] - 1)
 
 
 class AttentionOnly(nn.Module):
-    """A causal transformer of attention layers alone: `x = x + attention(x)`, layer after layer.
+    """A causal transformer of attention layers alone: `x = x + attention(x)`,
+    layer after layer.
 
-    Token and learned position embeddings in, a linear readout of the next token out.
+    Token and learned position embeddings in, a linear readout of the next token
+    out.
     """
 
     def __init__(self, vocab: int, length: int, dim: int, heads: int, layers: int = 2) -> None:
@@ -181,7 +194,8 @@ class AttentionOnly(nn.Module):
         self.readout = nn.Linear(dim, vocab)
 
     def forward(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """`tokens (B, N)` -> `(logits (B, N, vocab), [weights (B, H, N, N) of each layer])`."""
+        """`tokens (B, N)` ->
+        `(logits (B, N, vocab), [weights (B, H, N, N) of each layer])`."""
         x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[-1]))  # (B, N, dim)
         weights = []
         for layer in self.layers:
@@ -199,7 +213,8 @@ def train_induction(
     steps: int = 300,
     seed: int = 0,
 ) -> AttentionOnly:
-    """A 2-layer `AttentionOnly` trained by Adam to predict the repeated tokens of `repeated_segments`."""
+    """A 2-layer `AttentionOnly` trained by Adam to predict the repeated tokens
+    of `repeated_segments`."""
     torch.manual_seed(seed)  # the initial weights
     generator = torch.Generator().manual_seed(seed)  # the data
 
@@ -217,7 +232,8 @@ def train_induction(
 
 # --8<-- [start:scores]
 def previous_token_scores(weights: Tensor, n: Tensor) -> Tensor:
-    """Each head's mean weight from token `t` to token `t - 1`, over `1 <= t < n` (inside the first copy).
+    """Each head's mean weight from token `t` to token `t - 1`, over
+    `1 <= t < n` (inside the first copy).
 
     Args:
         weights: `(B, H, N, N)`, one layer's weights.
@@ -232,7 +248,8 @@ def previous_token_scores(weights: Tensor, n: Tensor) -> Tensor:
 
 
 def induction_scores(weights: Tensor, n: Tensor) -> Tensor:
-    """Each head's mean weight from a repeated token at `t` to the token after its first occurrence, `t - n + 1`.
+    """Each head's mean weight from a repeated token at `t` to the token after
+    its first occurrence, `t - n + 1`.
 
     Args:
         weights: `(B, H, N, N)`, one layer's weights.
@@ -251,10 +268,12 @@ def induction_scores(weights: Tensor, n: Tensor) -> Tensor:
 # --8<-- [start:induction-measure]
 @contextlib.contextmanager
 def head_removed(layer: MultiHeadAttention, head: int) -> Iterator[None]:
-    """Inside the block, `layer` runs without `head`: its slice `W_O^head` of the output projection is zero.
+    """Inside the block, `layer` runs without `head`: its slice `W_O^head` of
+    the output projection is zero.
 
-    `out_proj.weight` is `(E, E)` as (out, in); the head's slice is its columns `head * d` to
-    `(head + 1) * d`, `d = head_dim`. The weight is restored on leaving the block.
+    `out_proj.weight` is `(E, E)` as (out, in); the head's slice is its columns
+    `head * d` to `(head + 1) * d`, `d = head_dim`. The weight is restored on
+    leaving the block.
     """
     d = layer.head_dim
     saved = layer.out_proj.weight.detach().clone()
@@ -269,12 +288,14 @@ def head_removed(layer: MultiHeadAttention, head: int) -> Iterator[None]:
 
 @remembered
 def measure_induction(seed: int) -> dict[str, float | list[float]]:
-    """Train `train_induction(seed=seed)` and measure it on 512 test sequences of 24 tokens from 32.
+    """Train `train_induction(seed=seed)` and measure it on 512 test sequences
+    of 24 tokens from 32.
 
-    Returns plain numbers, lists having one entry per head: `accuracy` on the tokens that can be known;
-    `previous_1`, `induction_1`, `previous_2`, `induction_2`: the heads' scores in layers 1 and 2; `late_1`,
-    the weight that layer 1's heads put on the token before from position 12 on (past every first copy);
-    `without_1`, the accuracy with each head of layer 1 removed.
+    Returns plain numbers, lists having one entry per head: `accuracy` on the
+    tokens that can be known; `previous_1`, `induction_1`, `previous_2`,
+    `induction_2`: the heads' scores in layers 1 and 2; `late_1`, the weight
+    that layer 1's heads put on the token before from position 12 on (past every
+    first copy); `without_1`, the accuracy with each head of layer 1 removed.
     """
     model = train_induction(vocab=32, length=24, heads=2, seed=seed)
     tokens, n = repeated_segments(512, 24, 32, torch.Generator().manual_seed(TEST_SEED))
@@ -312,13 +333,15 @@ VOCAB, LENGTH, WIDTH, DEPTH = 16, 12, 32, 6
 
 
 def max_token_batch(generator: torch.Generator, batch: int = 32) -> tuple[Tensor, Tensor]:
-    """Random `tokens (B, N)` and the target at every position: the sequence's largest token."""
+    """Random `tokens (B, N)` and the target at every position: the sequence's
+    largest token."""
     tokens = torch.randint(0, VOCAB, (batch, LENGTH), generator=generator)  # (B, N)
     return tokens, tokens.max(dim=1, keepdim=True).values.expand(batch, LENGTH)  # (B, N)
 
 
 class MaxTokenStack(nn.Module):
-    """Six of torch's encoder layers, post-LN (`pre_ln=False`, the original Transformer) or pre-LN."""
+    """Six of torch's encoder layers, post-LN (`pre_ln=False`, the original
+    Transformer) or pre-LN."""
 
     def __init__(self, pre_ln: bool) -> None:
         super().__init__()
@@ -339,7 +362,8 @@ class MaxTokenStack(nn.Module):
 
 @remembered
 def train_max_token(pre_ln: bool, steps: int = 120, lr: float = 1e-2, seed: int = 0) -> list[float]:
-    """Adam from the first step (no warm-up); the loss of every step. Same seed: same weights, batches."""
+    """Adam from the first step (no warm-up); the loss of every step. Same seed:
+    same weights, batches."""
     torch.manual_seed(seed)
     model = MaxTokenStack(pre_ln)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

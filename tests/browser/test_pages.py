@@ -20,10 +20,14 @@ from tests.browser.conftest import (
     shard_pages,
 )
 from tests.browser.visit import (
+    ANY_CODE,
+    DESKTOP,
     LAY_OUT_EVERYTHING,
     PHONE,
     SHOW_EVERY_CODE_BLOCK,
     SKIPPABLE,
+    TITLED_CODE,
+    WRAPPED_LINES,
     Visit,
     lay_out_everything,
     scan,
@@ -167,6 +171,56 @@ def test_heading_levels_do_not_skip(visits: list[Visit]) -> None:
 def test_nothing_is_clipped_at_desktop_width(visits: list[Visit]) -> None:
     problems = {record.path: record.clipped for record in visits}
     assert not any(problems.values()), _report(problems)
+
+
+def test_no_line_of_a_titled_code_block_wraps_at_desktop_width(visits: list[Visit]) -> None:
+    """The package's source, formatted to 80 columns (src/ruff.toml), fits the content column at 1280 px."""
+    problems = {
+        record.path: [f"{line['rows']} rows: {line['text']}" for line in record.wrapped_titled]
+        for record in visits
+    }
+    assert not any(problems.values()), _report(problems)
+
+
+def test_wrapped_code_rows_hang_under_their_line_on_a_phone(visits: list[Visit]) -> None:
+    """On a phone a long line of code wraps, and its wrapped rows start right of the line's own indentation
+    (docs/hooks/code_blocks.py and extra.css), never where a less indented line would."""
+    problems = {
+        record.path: [line["text"] for line in record.phone_wrapped if not line["hangs"]]
+        for record in visits
+    }
+    assert not any(problems.values()), _report(problems)
+
+
+def test_the_code_row_checks_find_wrapped_rows(site: Site, browser: Browser) -> None:
+    """The two checks above fail on a page whose code is set larger at desktop width, or whose wrapped rows
+    start at the left edge on a phone; and the wrapping leaves the text that the copy button gives alone."""
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(site.url + "blog/flash-attention/", wait_until="networkidle")
+    lay_out_everything(page)
+    larger_code = page.add_style_tag(content=".md-typeset .highlight code { font-size: 120%; }")
+    larger = page.evaluate(WRAPPED_LINES, TITLED_CODE)
+    larger_code.evaluate("(style) => style.remove()")
+    page.set_viewport_size(PHONE)
+    hanging = page.evaluate(WRAPPED_LINES, ANY_CODE)
+    # What the copy button gives (Material copies `innerText`) is still the source's text, spaces and all,
+    # in every block shown (a block in a closed fold has no rendered text).
+    copied, copied_differs = page.evaluate(
+        "(selector) => { const shown = [...document.querySelectorAll(selector)]"
+        "  .filter((code) => code.checkVisibility());"
+        "  return [shown.length, shown.filter((code) =>"
+        "    code.innerText.trimEnd() !== code.textContent.trimEnd()).length]; }",
+        ANY_CODE,
+    )
+    page.add_style_tag(content=".md-typeset .highlight code .line { padding: 0; text-indent: 0; }")
+    flush_left = page.evaluate(WRAPPED_LINES, ANY_CODE)
+    page.close()
+    assert len(larger) > 10
+    assert len(hanging) > 10
+    assert all(line["hangs"] for line in hanging)
+    assert copied > 10
+    assert copied_differs == 0
+    assert sum(not line["hangs"] for line in flush_left) > 10
 
 
 def test_no_page_scrolls_sideways_on_a_phone(visits: list[Visit]) -> None:

@@ -4,6 +4,7 @@
 visit), waits for the network to settle, opens every fold and brings each code block on screen once, reads the
 facts the tests check from the DOM, runs an axe-core scan (and the colour rules again in the dark scheme; text
 colours by sample: see `scan`), then narrows the viewport to a phone's width and measures horizontal overflow.
+Code blocks' wrapped lines are read at both widths (`WRAPPED_LINES`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,55 @@ CLIPPED = """() => [...document.querySelectorAll(
   .map((el) => `${el.tagName.toLowerCase()} ${el.scrollWidth - el.clientWidth} px: `
                 + el.textContent.trim().slice(0, 50))"""
 
+# The lines of the code blocks that `selector` finds that take more than one row, and whether each such line's
+# wrapped rows start right of its first character (a hanging indent) or at or left of it (where a line of its
+# own, less indented, would start). A block that takes no more rows than it has lines is passed over unread.
+WRAPPED_LINES = """(selector) => {
+  const found = [];
+  for (const code of document.querySelectorAll(selector)) {
+    const style = getComputedStyle(code);
+    const rowHeight = parseFloat(style.lineHeight);
+    const height = code.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
+    if (Math.round(height / rowHeight) <= code.textContent.replace(/\\n$/, "").split("\\n").length) continue;
+    const lines = [[]];  // each line: its pieces of text nodes, [node, start, end]
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.parentElement.closest("button")) continue;
+      let start = 0;
+      for (let i = node.data.indexOf("\\n"); i >= 0; i = node.data.indexOf("\\n", start)) {
+        if (i > start) lines.at(-1).push([node, start, i]);
+        lines.push([]);
+        start = i + 1;
+      }
+      if (node.data.length > start) lines.at(-1).push([node, start, node.data.length]);
+    }
+    const range = document.createRange();
+    for (const pieces of lines) {
+      const text = pieces.map(([node, start, end]) => node.data.slice(start, end)).join("");
+      if (!text.trim()) continue;
+      const rects = pieces.flatMap(([node, start, end]) => {
+        range.setStart(node, start);
+        range.setEnd(node, end);
+        return [...range.getClientRects()].filter((rect) => rect.width > 0);
+      });
+      const tops = rects.map((rect) => rect.top).sort((a, b) => a - b);
+      const rows = tops.filter((top, i) => i === 0 || top > tops[i - 1] + rowHeight / 2);
+      if (rows.length < 2) continue;
+      const [node, start] = pieces.find(([node, start, end]) => node.data.slice(start, end).trim());
+      const first = start + node.data.slice(start).search(/\\S/);
+      range.setStart(node, first);
+      range.setEnd(node, first + 1);
+      const indent = range.getBoundingClientRect().left;
+      const wrappedLeft = Math.min(...rects.filter((rect) => rect.top > rows[0] + rowHeight / 2)
+        .map((rect) => rect.left));
+      found.push({rows: rows.length, hangs: wrappedLeft > indent + 1, text: text.trim().slice(0, 60)});
+    }
+  }
+  return found;
+}"""
+TITLED_CODE = ".md-content .highlight:has(> .filename) > pre > code"
+ANY_CODE = ".md-content pre > code"
+
 OVERFLOW = """async () => {
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
   const root = document.documentElement;
@@ -196,6 +246,8 @@ class Visit:
     headings: list[dict[str, object]] = dataclasses.field(default_factory=list)
     violations: list[str] = dataclasses.field(default_factory=list)
     clipped: list[str] = dataclasses.field(default_factory=list)
+    wrapped_titled: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    phone_wrapped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     phone_overflow: int = 0
     phone_widest: list[str] = dataclasses.field(default_factory=list)
     url_changes: list[str] = dataclasses.field(default_factory=list)
@@ -284,6 +336,7 @@ def _record(page: Page, url: str, record: Visit, finished: list[Request]) -> Non
     record.images, record.headings = facts["images"], facts["headings"]
     record.violations = scan(page)
     record.clipped = page.evaluate(CLIPPED)
+    record.wrapped_titled = page.evaluate(WRAPPED_LINES, TITLED_CODE)
     # The same page as a reader whose system prefers dark colours sees it (the palette follows the system
     # until the reader picks one): colour contrast again.
     page.emulate_media(color_scheme="dark")
@@ -292,6 +345,7 @@ def _record(page: Page, url: str, record: Visit, finished: list[Request]) -> Non
     page.set_viewport_size(PHONE)
     overflow = page.evaluate(OVERFLOW)
     record.phone_overflow, record.phone_widest = overflow["excess"], overflow["widest"]
+    record.phone_wrapped = page.evaluate(WRAPPED_LINES, ANY_CODE)
 
 
 def _serious(results: AxeResults) -> list[str]:

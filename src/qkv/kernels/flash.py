@@ -138,10 +138,12 @@ def _load_columns(Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexp
 # --8<-- [start:keep]
 @triton.jit
 def _keep(rows, cols, kv_len, offset, window, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
-    """The mask of one tile: True where a query of `rows` may attend a key of `cols`.
+    """The mask of one tile: True where a query of `rows` may attend a key of
+    `cols`.
 
-    `rows (BLOCK_M, 1)` and `cols (1, BLOCK_N)` give a `(BLOCK_M, BLOCK_N)` tile; `rows (1, BLOCK_M)` and
-    `cols (BLOCK_N, 1)` its transpose, keys by queries.
+    `rows (BLOCK_M, 1)` and `cols (1, BLOCK_N)` give a `(BLOCK_M, BLOCK_N)`
+    tile; `rows (1, BLOCK_M)` and `cols (BLOCK_N, 1)` its transpose, keys by
+    queries.
     """
     keep = cols < kv_len
     if CAUSAL:
@@ -159,10 +161,11 @@ def _keep(rows, cols, kv_len, offset, window, CAUSAL: tl.constexpr, WINDOW: tl.c
 def _attend_to_keys(
     acc, l_i, m_i,  # the running output, sum and maximum of BLOCK_M query rows
     q, K, V, rows, start, end, kv_len, offset, window, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    MASKED: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
-    """Fold the key tiles in `[start, end)` into one block of query rows; MASKED tiles cross a mask edge."""
+    """Fold the key tiles in `[start, end)` into one block of query rows; MASKED
+    tiles cross a mask edge."""
     for tile in range(start, end, BLOCK_N):
         cols = tile + tl.arange(0, BLOCK_N)
         k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
@@ -174,7 +177,8 @@ def _attend_to_keys(
         m_new = tl.maximum(m_i, tl.max(scores, 1))
         shift = m_new
         if MASKED:
-            # A row with no kept key yet keeps m = -inf: shift by 0 instead, so exp2(-inf) gives 0, not NaN.
+            # A row with no kept key yet keeps m = -inf: shift by 0 instead, so
+            # exp2(-inf) gives 0, not NaN.
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(scores - shift[:, None])
         alpha = tl.exp2(m_i - shift)
@@ -191,13 +195,15 @@ def _attend_to_keys(
 # --8<-- [start:forward-kernel]
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
 def _forward_kernel(
-    Q, K, V, Out, LSE, KeyLengths,  # (B, H, L, D), (B, H_kv, S, D) twice, (B, H, L, D), (B, H, L), (B,)
+    # (B, H, L, D), (B, H_kv, S, D) twice, (B, H, L, D), (B, H, L), (B,)
+    Q, K, V, Out, LSE, KeyLengths,
     CuSeqlensQ, CuSeqlensK,  # packed sequences: (B + 1,) each, or None
     qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """One program: `BLOCK_M` query rows of one (sequence, head) against the key tiles they may see."""
+    """One program: `BLOCK_M` query rows of one (sequence, head) against the key
+    tiles they may see."""
     block = tl.program_id(0)
     head = tl.program_id(1)  # its key/value head is head // group
     q_start, q_head_rows, seqlen_q = _sequence(CuSeqlensQ, seqlen_q, tl.num_programs(1))
@@ -221,6 +227,7 @@ def _forward_kernel(
     lo_first, lo_last, hi_first, hi_last = _key_bounds(
         first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW
     )
+    # --8<-- [start:stages]
     start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_N)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of the scores (log2 units)
@@ -228,17 +235,22 @@ def _forward_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # running sum of exp2(scores - m_i) @ v
     if WINDOW:  # tiles across the window's far edge (without a window there are none)
         acc, l_i, m_i = _attend_to_keys(
-            acc, l_i, m_i, q, K, V, rows, start, full_start, kv_len, offset, window, qk_scale,
+            acc, l_i, m_i, q, K, V, rows, start, full_start,
+            kv_len, offset, window, qk_scale,
             HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
         )  # fmt: skip
     acc, l_i, m_i = _attend_to_keys(  # full tiles: no mask
-        acc, l_i, m_i, q, K, V, rows, full_start, full_end, kv_len, offset, window, qk_scale,
+        acc, l_i, m_i, q, K, V, rows, full_start, full_end,
+        kv_len, offset, window, qk_scale,
         HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, False,
     )  # fmt: skip
-    acc, l_i, m_i = _attend_to_keys(  # tiles across the diagonal or the last key
-        acc, l_i, m_i, q, K, V, rows, full_end, end, kv_len, offset, window, qk_scale,
+    # tiles across the diagonal or the last key
+    acc, l_i, m_i = _attend_to_keys(
+        acc, l_i, m_i, q, K, V, rows, full_end, end,
+        kv_len, offset, window, qk_scale,
         HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
     )  # fmt: skip
+    # --8<-- [end:stages]
 
     empty = l_i == 0.0  # a row that may attend no key: output zeros, not 0 / 0
     l_i = tl.where(empty, 1.0, l_i)
@@ -270,9 +282,10 @@ def _probabilities(
     scores, lse2, rows, cols, kv_len, offset, window,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
-    """One tile of attention probabilities, recomputed from its scores and the stored logsumexp `lse2`,
-    both in log2 units. `rows` and `lse2` are `(BLOCK_M, 1)` and `cols (1, BLOCK_N)` for a tile of queries
-    by keys; `(1, BLOCK_M)` and `(BLOCK_N, 1)` for its transpose (see `_keep`)."""
+    """One tile of attention probabilities, recomputed from its scores and the
+    stored logsumexp `lse2`, both in log2 units. `rows` and `lse2` are
+    `(BLOCK_M, 1)` and `cols (1, BLOCK_N)` for a tile of queries by keys;
+    `(1, BLOCK_M)` and `(BLOCK_N, 1)` for its transpose (see `_keep`)."""
     p = tl.exp2(scores - lse2)
     if MASKED:
         p = tl.where(_keep(rows, cols, kv_len, offset, window, CAUSAL, WINDOW), p, 0.0)
@@ -375,8 +388,8 @@ def _backward_dkdv_kernel(
 @triton.jit
 def _dq_over_keys(
     dq, q, d_out, lse2, delta, K, V, rows, start, end, kv_len, offset, window, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    MASKED: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
     """Add the key tiles in `[start, end)` to dQ of one block of query rows."""
     for tile in range(start, end, BLOCK_N):
