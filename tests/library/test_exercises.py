@@ -1006,3 +1006,19 @@ def test_checking_every_right_solution_takes_well_under_a_second(capsys):
 def test_the_result_is_short_to_print(capsys):
     result = run("masking/causal-mask", causal_mask, capsys)
     assert repr(result) == "<Result masking/causal-mask: passed, 14 of 14 cases passed>"
+
+
+def test_rope_cases_reach_positions_where_float32_angles_are_off():
+    """positions.md: the last cases have positions above 30,000, where float32 angles are off by ~4e-4."""
+    from qkv.exercises.layers import rope_cases
+
+    far = [c for c in rope_cases(torch.Generator()) if c.args["positions"].min() > 30_000]
+    assert far
+    off = 0.0
+    for case in far:
+        positions, base, D = case.args["positions"], case.args["base"], case.args["x"].size(-1)
+        theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
+        exact = positions.double()[:, None] * theta  # (N, D/2) angles
+        rounded = positions.float()[:, None] * theta.float()  # as float32 code computes them
+        off = max(off, (rounded.double() - exact).abs().max().item())
+    assert 3e-4 < off < 6e-4, off  # about 4e-4 radians
