@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from qkv.gpt import GPT
+from qkv.gpt import GPT, GPTConfig
 from qkv_lab.gpt_attention import attention_maps
 from qkv_lab.gpt_training import (
     BATCH,
@@ -122,8 +122,20 @@ def measure(model: GPT, validation: Tensor, probe: Tensor) -> dict:
     }
 
 
-def run(text: str, steps: int, every: int, seeds: tuple[int, ...], out: Path | None = None) -> dict:
-    """Train `SITE_CONFIG` on `text`'s split for `steps` steps per seed, measuring every `every` steps.
+def run(
+    text: str,
+    steps: int,
+    every: int,
+    seeds: tuple[int, ...],
+    out: Path | None = None,
+    config: GPTConfig = SITE_CONFIG,
+    batch: int = BATCH,
+    probe: tuple[int, int] = (SEQUENCES, REPEAT),
+) -> dict:
+    """Train `config` on `text`'s split for `steps` steps per seed, measuring every `every` steps.
+
+    `probe` is `(sequences, repeat)` of `repeated_random_bytes`; `2 * repeat` must fit the context. The
+    defaults are the recorded run's; the tests train smaller.
 
     Returns:
         The report: the text's record (hash, sizes, baselines), the settings, the environment, and per seed
@@ -132,23 +144,24 @@ def run(text: str, steps: int, every: int, seeds: tuple[int, ...], out: Path | N
         `THRESHOLD` (None if none did).
     """
     train, validation = split(encode(text))
-    probe = repeated_random_bytes(SEQUENCES, REPEAT, PROBE_SEED)
+    sequences, repeat = probe
+    probe_ids = repeated_random_bytes(sequences, repeat, PROBE_SEED)  # (sequences, 2 * repeat)
     with one_thread():
         machine = environment(torch.device("cpu"))
     report = {
         "what": "the site's GPT trained longer, measured every few steps: induction heads and sinks",
         **text_record(text),
-        "config": dataclasses.asdict(SITE_CONFIG),
+        "config": dataclasses.asdict(config),
         "steps": steps,
-        "batch": BATCH,
-        "context": SITE_CONFIG.context,
-        "tokens_seen": steps * BATCH * SITE_CONFIG.context,
+        "batch": batch,
+        "context": config.context,
+        "tokens_seen": steps * batch * config.context,
         "lr": LR,
         "every": every,
         "seeds": list(seeds),
         "probe": {
-            "sequences": SEQUENCES,
-            "repeat": REPEAT,
+            "sequences": sequences,
+            "repeat": repeat,
             "seed": PROBE_SEED,
             "alphabet": [int(ALPHABET[0]), int(ALPHABET[-1])],
         },
@@ -166,22 +179,24 @@ def run(text: str, steps: int, every: int, seeds: tuple[int, ...], out: Path | N
     for seed in seeds:
         runs = {"seed": seed, "checkpoints": [], "formed_at": None, "seconds": None}
         report["runs"].append(runs)
-        _train_and_measure(train, validation, probe, steps, every, runs, save)
+        _train_and_measure(config, train, validation, probe_ids, steps, batch, every, runs, save)
         save()
     return report
 
 
 def _train_and_measure(
+    config: GPTConfig,
     train: Tensor,
     validation: Tensor,
     probe: Tensor,
     steps: int,
+    batch: int,
     every: int,
     runs: dict,
     save: Callable[[], None],
 ) -> None:
     """One seed of `run`: train, and fill `runs` (which names the seed) with a checkpoint every `every`."""
-    watched, step, start = GPT(SITE_CONFIG), 0, time.perf_counter()
+    watched, step, start = GPT(config), 0, time.perf_counter()
 
     def after_step(optimizer: torch.optim.Optimizer, *_: object) -> None:
         nonlocal step
@@ -210,7 +225,7 @@ def _train_and_measure(
 
     hook = register_optimizer_step_post_hook(after_step)
     try:
-        _, losses = train_gpt(SITE_CONFIG, train, steps, BATCH, LR, runs["seed"])
+        _, losses = train_gpt(config, train, steps, batch, LR, runs["seed"])
     finally:
         hook.remove()
     for checkpoint in runs["checkpoints"]:  # mean training loss over the steps since the last
