@@ -11,6 +11,13 @@ on one thread) and writes the report the transformer-block article draws from
 (`qkv_lab.results.recorded("block-changes")`); the site's build never trains it. The report holds the text's
 hash and date: the text is the site's articles, so a later edit makes a different text.
 
+`--steps`, `--seeds` and `--rungs` run another budget or part of the ladder; `--text` trains on a snapshot
+(`qkv_lab.lab_text`), keeps it beside the report and records the n-gram baselines of its split. The longer
+recorded run, `recorded("block-changes-2000-steps")`, is
+
+    python -m qkv_lab.block_changes --steps 2000 --seeds 0 1 2 --rungs pre-LN RoPE soft-capping \
+        --text site-text-864a16b87c8d.txt.xz --out src/qkv_lab/results/block-changes-2000-steps.json
+
 The counts are per token of a full context window: `parameter_count` (tied embeddings once) and
 `flops_per_token`, the forward pass's matrix products only (2 FLOPs per multiply-add, the masked half of the
 scores included, as an unfused CPU path computes them); norms, activations, biases and the softmax cost a few
