@@ -86,3 +86,24 @@ def test_the_recorded_report_holds_every_rung_and_seed_of_the_current_ladder():
         assert rung["flops_per_token"] == flops_per_token(config)
         assert len(rung["bits_per_byte"]) == len(block_changes.SEEDS)
         assert all(math.isfinite(bits) for bits in rung["bits_per_byte"])
+
+
+def test_the_longer_recorded_ladder_holds_its_rungs_seeds_and_budget():
+    """The ladder's longer run (`--steps 2000 --rungs pre-LN RoPE soft-capping --text ...`)."""
+    report = recorded("block-changes-2000-steps")
+    assert (report["steps"], report["batch"], report["lr"]) == (
+        2000,
+        block_changes.BATCH,
+        block_changes.LR,
+    )
+    assert report["seeds"] == [0, 1, 2]
+    assert report["cpu_threads"] == 1
+    rungs = dict(ladder())
+    assert [rung["name"] for rung in report["rungs"]] == ["pre-LN", "RoPE", "soft-capping"]
+    for rung in report["rungs"]:
+        config = rungs[rung["name"]]
+        assert rung["config"] == dataclasses.asdict(config)
+        assert rung["parameters"] == parameter_count(config)
+        assert rung["flops_per_token"] == flops_per_token(config)
+        assert len(rung["bits_per_byte"]) == len(rung["seconds"]) == 3
+        assert all(0 < bits < 8 for bits in rung["bits_per_byte"])
