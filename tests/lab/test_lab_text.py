@@ -39,7 +39,9 @@ def test_the_record_holds_the_split_and_baselines_of_orders_one_to_three():
     assert baselines["unigram"] > baselines["bigram"] > baselines["trigram"]  # a repetitive text
 
 
-@pytest.mark.parametrize("name", ["long-run", "block-changes-2000-steps"])
+@pytest.mark.parametrize(
+    "name", ["long-run", "block-changes-2000-steps", "block-changes-2000-steps-post-ln"]
+)
 def test_a_recorded_runs_text_and_baselines_are_those_of_its_snapshot(name):
     """The snapshot kept beside the report is the text it trained on, and the baselines are that text's."""
     report = recorded(name)
