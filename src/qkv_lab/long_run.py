@@ -24,7 +24,7 @@ line fixed before the run (a head with uniform weights gives each key about 1/10
 `--out`) and writes `qkv_lab.results.recorded("long-run")` after every checkpoint, so a stopped run keeps what
 it measured. The build and the tests never train it. The recorded run is
 
-    python -m qkv_lab.long_run --steps 4000 --every 250 --seeds 0 \
+    python -m qkv_lab.long_run --steps 4000 --every 250 --seeds 0 1 2 \
         --text site-text-864a16b87c8d.txt.xz --out src/qkv_lab/results/long-run.json
 """
 
@@ -62,7 +62,7 @@ from qkv_lab.toys import one_thread
 
 OUT = Path(__file__).parent / "results" / "long-run.json"
 # --8<-- [start:settings]
-STEPS, EVERY, SEEDS = 4000, 250, (0,)  # 4x the build's 1,000 steps; a checkpoint every 250
+STEPS, EVERY, SEEDS = 4000, 250, (0, 1, 2)  # 4x the build's 1,000 steps; a checkpoint every 250
 REPEAT, SEQUENCES, PROBE_SEED = (
     64,
     32,
