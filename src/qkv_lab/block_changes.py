@@ -18,6 +18,8 @@ recorded run, `recorded("block-changes-2000-steps")`, is
     python -m qkv_lab.block_changes --steps 2000 --seeds 0 1 2 --rungs pre-LN RoPE soft-capping \
         --text site-text-864a16b87c8d.txt.xz --out src/qkv_lab/results/block-changes-2000-steps.json
 
+and `recorded("block-changes-2000-steps-post-ln")` the same with `--rungs post-LN` and that `--out`.
+
 The counts are per token of a full context window: `parameter_count` (tied embeddings once) and
 `flops_per_token`, the forward pass's matrix products only (2 FLOPs per multiply-add, the masked half of the
 scores included, as an unfused CPU path computes them); norms, activations, biases and the softmax cost a few
