@@ -11,6 +11,15 @@ on one thread) and writes the report the transformer-block article draws from
 (`qkv_lab.results.recorded("block-changes")`); the site's build never trains it. The report holds the text's
 hash and date: the text is the site's articles, so a later edit makes a different text.
 
+`--steps`, `--seeds` and `--rungs` run another budget or part of the ladder; `--text` trains on a snapshot
+(`qkv_lab.lab_text`), keeps it beside the report and records the n-gram baselines of its split. The longer
+recorded run, `recorded("block-changes-2000-steps")`, is
+
+    python -m qkv_lab.block_changes --steps 2000 --seeds 0 1 2 --rungs pre-LN RoPE soft-capping \
+        --text site-text-864a16b87c8d.txt.xz --out src/qkv_lab/results/block-changes-2000-steps.json
+
+and `recorded("block-changes-2000-steps-post-ln")` the same with `--rungs post-LN` and that `--out`.
+
 The counts are per token of a full context window: `parameter_count` (tied embeddings once) and
 `flops_per_token`, the forward pass's matrix products only (2 FLOPs per multiply-add, the masked half of the
 scores included, as an unfused CPU path computes them); norms, activations, biases and the softmax cost a few
@@ -31,6 +40,7 @@ import torch
 from qkv.gpt import GPT, GPTConfig
 from qkv_lab.gpt_training import bits_per_byte, encode, site_text, split, train_gpt
 from qkv_lab.harness import environment, write_json
+from qkv_lab.lab_text import read_text, save_snapshot, text_record
 from qkv_lab.toys import one_thread
 
 # --8<-- [start:ladder]
@@ -93,6 +103,7 @@ def run(
     lr: float,
     text: str,
     out: Path | None = None,
+    baselines: bool = False,
 ) -> dict:
     """Train every rung once per seed on `text`'s split and report bits per byte on its validation part.
 
@@ -102,10 +113,15 @@ def run(
         steps, batch, lr: as for `train_gpt`.
         text: the text, split by `qkv_lab.gpt_training.split`.
         out: None, or where to write the report after every run (a stopped sweep keeps what it ran).
+        baselines: also record the text's n-gram baselines and snapshot name (a second of counting).
 
     Returns:
         The report: the settings, the text's hash and size, the environment, and per rung its change, config,
-        counts, and `bits_per_byte` and `seconds` per seed (in the order of `seeds`).
+        counts, and `bits_per_byte` and `seconds` per seed (in the order of `seeds`). With `baselines`, also
+        the text's record (`qkv_lab.lab_text.text_record`: snapshot name, split sizes, n-gram baselines).
+
+    Every rung runs seed `seeds[0]`, then every rung the next seed, and so on: a stopped sweep holds whole
+    seeds of the ladder.
     """
     train, validation = split(encode(text))
     with one_thread():  # the thread count that training runs with, as `environment` records it
@@ -115,6 +131,7 @@ def run(
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "text_bytes": len(train) + len(validation),
         "validation_bytes": len(validation),
+        **(text_record(text) if baselines else {}),
         "steps": steps,
         "batch": batch,
         "lr": lr,
@@ -125,25 +142,29 @@ def run(
     }
     changes = dict(CHANGES)
     for name, config in rungs:
-        rung = {
-            "name": name,
-            "change": changes.get(name, {}),
-            "config": dataclasses.asdict(config),
-            "parameters": parameter_count(config),
-            "flops_per_token": flops_per_token(config),
-            "bits_per_byte": [],
-            "seconds": [],
-        }
-        report["rungs"].append(rung)
-        for seed in seeds:
+        report["rungs"].append(
+            {
+                "name": name,
+                "change": changes.get(name, {}),
+                "config": dataclasses.asdict(config),
+                "parameters": parameter_count(config),
+                "flops_per_token": flops_per_token(config),
+                "bits_per_byte": [],
+                "seconds": [],
+            }
+        )
+    for seed in seeds:
+        for (name, config), rung in zip(rungs, report["rungs"], strict=True):
             start = time.perf_counter()
             model, _ = train_gpt(config, train, steps, batch, lr, seed)
             with one_thread():
                 rung["bits_per_byte"].append(bits_per_byte(model, validation))
             rung["seconds"].append(round(time.perf_counter() - start, 1))
             print(
-                f"{name:>14} seed {seed}: {rung['bits_per_byte'][-1]:.4f} bits per byte",
+                f"{time.strftime('%H:%M:%S')} {name:>14} seed {seed}: "
+                f"{rung['bits_per_byte'][-1]:.4f} bits per byte",
                 file=sys.stderr,
+                flush=True,
             )
             if out is not None:
                 write_json(report, out)
@@ -153,9 +174,22 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qkv_lab.block_changes", description=__doc__)
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument(
+        "--text", help="a snapshot (qkv_lab.lab_text) or UTF-8 file, kept beside the report, with the "
+        "n-gram baselines in it; default: the site now, no baselines (the recorded block-changes.json)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--rungs", nargs="+", choices=[name for name, _ in CHANGES], help="default: every rung"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    run(ladder(), SEEDS, args.steps, BATCH, LR, site_text(), args.out)
+    text = site_text() if args.text is None else read_text(args.text)
+    if args.text is not None:
+        save_snapshot(text, args.out.parent)
+    rungs = [(name, config) for name, config in ladder() if name in (args.rungs or dict(CHANGES))]
+    seeds = tuple(args.seeds)
+    run(rungs, seeds, args.steps, BATCH, LR, text, args.out, baselines=args.text is not None)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 
+import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -86,3 +87,31 @@ def test_the_recorded_report_holds_every_rung_and_seed_of_the_current_ladder():
         assert rung["flops_per_token"] == flops_per_token(config)
         assert len(rung["bits_per_byte"]) == len(block_changes.SEEDS)
         assert all(math.isfinite(bits) for bits in rung["bits_per_byte"])
+
+
+@pytest.mark.parametrize(
+    ("name", "names"),
+    [
+        ("block-changes-2000-steps", ["pre-LN", "RoPE", "soft-capping"]),
+        ("block-changes-2000-steps-post-ln", ["post-LN"]),
+    ],
+)
+def test_the_longer_recorded_ladder_holds_its_rungs_seeds_and_budget(name, names):
+    """The ladder's longer runs (`--steps 2000 --rungs ... --text ...`)."""
+    report = recorded(name)
+    assert (report["steps"], report["batch"], report["lr"]) == (
+        2000,
+        block_changes.BATCH,
+        block_changes.LR,
+    )
+    assert report["seeds"] == [0, 1, 2]
+    assert report["cpu_threads"] == 1
+    rungs = dict(ladder())
+    assert [rung["name"] for rung in report["rungs"]] == names
+    for rung in report["rungs"]:
+        config = rungs[rung["name"]]
+        assert rung["config"] == dataclasses.asdict(config)
+        assert rung["parameters"] == parameter_count(config)
+        assert rung["flops_per_token"] == flops_per_token(config)
+        assert len(rung["bits_per_byte"]) == len(rung["seconds"]) == 3
+        assert all(0 < bits < 8 for bits in rung["bits_per_byte"])
