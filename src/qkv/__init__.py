@@ -21,7 +21,11 @@ from qkv.efficient import (
 from qkv.flex import block_mask, flex_attention
 from qkv.functional import attention_weights, scaled_dot_product_attention
 from qkv.gpt import GPT, GPTConfig, generate, next_token_probabilities
-from qkv.kernels import decode_attention, flash_attention, flash_attention_varlen
+from qkv.kernels import (
+    decode_attention,
+    flash_attention,
+    flash_attention_varlen,
+)
 from qkv.masks import (
     additive_to_keep,
     causal_mask,
@@ -35,7 +39,12 @@ from qkv.masks import (
 from qkv.mla import MultiHeadLatentAttention
 from qkv.multihead import MultiHeadAttention
 from qkv.paged import PagedKVCache, paged_attention
-from qkv.positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
+from qkv.positions import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    sinusoidal_positions,
+)
 from qkv.recurrent import gated_delta_rule
 from qkv.rope_scaling import rope_frequencies
 from qkv.speculative import SpeculativeStats, speculative_generate

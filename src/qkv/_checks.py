@@ -17,19 +17,31 @@ def shape(x: Tensor) -> tuple[int, ...]:
 def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
     """Raise unless `x` is a floating-point tensor with at least `min_dim` dimensions."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(x).__name__}"
+        )
     if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+        raise TypeError(
+            f"{name} must be a floating-point tensor, got dtype {x.dtype}"
+        )
     if x.dim() < min_dim:
-        raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {shape(x)}")
+        raise ValueError(
+            f"{name} must have at least {min_dim} dimensions, got shape {shape(x)}"
+        )
 
 
-def check_integer_tensor(name: str, x: object, device: torch.device | None = None) -> None:
+def check_integer_tensor(
+    name: str, x: object, device: torch.device | None = None
+) -> None:
     """Raise unless `x` is a tensor of an integer dtype (not bool), on `device` when one is given."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(x).__name__}"
+        )
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
+        raise TypeError(
+            f"{name} must be an integer tensor, got dtype {x.dtype}"
+        )
     if device is not None and x.device != device:
         raise ValueError(f"{name} is on {x.device} but must be on {device}")
 
@@ -46,7 +58,9 @@ def check_number(name: str, value: object, above: float = -math.inf) -> None:
 def check_bool(name: str, flag: object) -> None:
     """Raise unless `flag` is a bool: a truthy string such as "bottom_right" must not pass for True."""
     if not isinstance(flag, bool):
-        raise TypeError(f"{name} must be a bool, got {type(flag).__name__} {flag!r}")
+        raise TypeError(
+            f"{name} must be a bool, got {type(flag).__name__} {flag!r}"
+        )
 
 
 def check_sizes(minimum: int = 1, **sizes: object) -> None:
@@ -70,11 +84,17 @@ def check_cumulative_lengths(
     tokens `total` counts, for the message. Reads the values (a device sync on a GPU).
     """
     if not isinstance(cu_seqlens, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}"
+        )
     if cu_seqlens.dtype != torch.int32:
-        raise TypeError(f"{name} must be int32 cumulative lengths, got dtype {cu_seqlens.dtype}")
+        raise TypeError(
+            f"{name} must be int32 cumulative lengths, got dtype {cu_seqlens.dtype}"
+        )
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() == 0:
-        raise ValueError(f"{name} must be 1-D (N + 1,), got shape {shape(cu_seqlens)}")
+        raise ValueError(
+            f"{name} must be 1-D (N + 1,), got shape {shape(cu_seqlens)}"
+        )
     values = cu_seqlens.tolist()
     if values[0] != 0:
         raise ValueError(f"{name} must start at 0, got {_few(values)}")
@@ -115,21 +135,32 @@ def check_same_dtype_and_device(**tensors: Tensor) -> None:
             )
 
 
-def check_mask(name: str, mask: object, query: Tensor, meaning: str = "True = may attend") -> None:
+def check_mask(
+    name: str, mask: object, query: Tensor, meaning: str = "True = may attend"
+) -> None:
     """Raise unless `mask` is bool, float32 or `query`'s dtype, on its device; `meaning` says what True means.
 
     The dtypes are the ones `torch.nn.functional.scaled_dot_product_attention` takes.
     """
     if not isinstance(mask, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(mask).__name__}"
+        )
     if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(f"{name} must be bool ({meaning}) or floating point, got {mask.dtype}")
-    if mask.is_floating_point() and mask.dtype not in (torch.float32, query.dtype):
+        raise TypeError(
+            f"{name} must be bool ({meaning}) or floating point, got {mask.dtype}"
+        )
+    if mask.is_floating_point() and mask.dtype not in (
+        torch.float32,
+        query.dtype,
+    ):
         raise TypeError(
             f"{name} of dtype {mask.dtype} must be bool, float32 or query's dtype {query.dtype}"
         )
     if mask.device != query.device:
-        raise ValueError(f"{name} is on {mask.device} but query is on {query.device}")
+        raise ValueError(
+            f"{name} is on {mask.device} but query is on {query.device}"
+        )
 
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
@@ -139,7 +170,9 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     first attention call.
     """
     sizes = []
-    for column in zip_longest(*(reversed(tuple(s)) for s in shapes), fillvalue=1):  # from the right
+    for column in zip_longest(
+        *(reversed(tuple(s)) for s in shapes), fillvalue=1
+    ):  # from the right
         other_than_1 = set(column) - {1}
         if len(other_than_1) > 1:
             return None
@@ -148,7 +181,10 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def check_broadcast(
-    name: str, mask: Tensor, target: tuple[int, ...], of: str = "the scores' shape"
+    name: str,
+    mask: Tensor,
+    target: tuple[int, ...],
+    of: str = "the scores' shape",
 ) -> None:
     """Raise unless `mask` broadcasts to `target`, which the message calls `of`."""
     if broadcast_shape(mask.shape, target) != tuple(target):
@@ -159,7 +195,9 @@ def check_broadcast(
 
 def _batch(x: Tensor, query: Tensor, enable_gqa: bool) -> tuple[int, ...]:
     """The batch dimensions of `x` as they meet the query's: with `enable_gqa`, its heads become the query's."""
-    return (*x.shape[:-3], query.size(-3)) if enable_gqa else tuple(x.shape[:-2])
+    return (
+        (*x.shape[:-3], query.size(-3)) if enable_gqa else tuple(x.shape[:-2])
+    )
 
 
 def check_attention_inputs(
@@ -197,10 +235,14 @@ def check_attention_inputs(
                 f"with enable_gqa, the {name}'s heads must divide the query's: "
                 f"query {shape(query)} has {query.size(-3)} heads, {name} {shape(x)} has {x.size(-3)}"
             )
-    batches = {name: _batch(x, query, enable_gqa) for name, x in tensors.items()}
+    batches = {
+        name: _batch(x, query, enable_gqa) for name, x in tensors.items()
+    }
     if broadcast_shape(*batches.values()) is None:
         given = ", ".join(f"{name} {shape(x)}" for name, x in tensors.items())
-        raise ValueError(f"the batch dimensions (...) do not broadcast: {given}")
+        raise ValueError(
+            f"the batch dimensions (...) do not broadcast: {given}"
+        )
     check_scale(scale)
     check_probability("dropout_p", dropout_p)
     batch = broadcast_shape(batches["query"], batches["key"])
@@ -209,8 +251,12 @@ def check_attention_inputs(
 
 def check_scale(scale: object) -> None:
     """Raise unless `scale` is None or a finite real number (a Python or NumPy int or float, not a bool)."""
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
-        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, Real)
+    ):
+        raise TypeError(
+            f"scale must be a number or None, got {type(scale).__name__}"
+        )
     if scale is not None and not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
 
@@ -247,7 +293,9 @@ def check_batch_first(
             wanted = "features" if size is None else size
             layout = f"(B, N, {wanted}) (batch first)"
             if rank == 2:
-                layout = f"(N, {wanted}) as the unbatched {q_name} {shape(query)}"
+                layout = (
+                    f"(N, {wanted}) as the unbatched {q_name} {shape(query)}"
+                )
             elif unbatched and x is query:
                 layout += f" or (N, {wanted}) (unbatched)"
             raise ValueError(f"{name} must be {layout}, got shape {shape(x)}")
@@ -309,7 +357,11 @@ def check_sinks(sinks: object, query: Tensor) -> None:
     if sinks is None:
         return
     if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
-        got = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        got = (
+            f"dtype {sinks.dtype}"
+            if isinstance(sinks, Tensor)
+            else type(sinks).__name__
+        )
         raise TypeError(f"sinks must be a floating-point tensor, got {got}")
     if query.dim() < 3 or sinks.shape != (query.size(-3),):
         raise ValueError(
@@ -317,4 +369,6 @@ def check_sinks(sinks: object, query: Tensor) -> None:
             f"{shape(sinks)} for query {shape(query)}"
         )
     if sinks.device != query.device:
-        raise ValueError(f"sinks is on {sinks.device} but query is on {query.device}")
+        raise ValueError(
+            f"sinks is on {sinks.device} but query is on {query.device}"
+        )

@@ -59,10 +59,14 @@ class TransformerBlock(nn.Module):
         check_probability("dropout", dropout)
         check_bool("cross_attention", cross_attention)
         self.attn_norm = nn.LayerNorm(embed_dim)
-        self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(
+            embed_dim, num_heads, dropout=dropout
+        )
         self.cross_norm = nn.LayerNorm(embed_dim) if cross_attention else None
         self.cross_attn = (
-            MultiHeadAttention(embed_dim, num_heads, dropout=dropout) if cross_attention else None
+            MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
+            if cross_attention
+            else None
         )
         self.mlp_norm = nn.LayerNorm(embed_dim)
         self.mlp = nn.Sequential(
@@ -126,7 +130,9 @@ class TransformerBlock(nn.Module):
         if self.cross_attn is not None:
             x = x + self.residual_dropout(
                 self.cross_attn(
-                    self.cross_norm(x), memory, key_padding_mask=memory_key_padding_mask
+                    self.cross_norm(x),
+                    memory,
+                    key_padding_mask=memory_key_padding_mask,
                 )
             )
         return x + self.residual_dropout(self.mlp(self.mlp_norm(x)))
@@ -134,7 +140,10 @@ class TransformerBlock(nn.Module):
     # --8<-- [end:forward]
 
     def _check(
-        self, x: Tensor, memory: Tensor | None, memory_key_padding_mask: Tensor | None
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        memory_key_padding_mask: Tensor | None,
     ) -> None:
         """Raise unless `x (B, L, E)` and `memory (B, S, E)` fit the block; the sub-layers check the rest."""
         if (memory is None) != (self.cross_attn is None):
@@ -148,7 +157,12 @@ class TransformerBlock(nn.Module):
         # what x must agree with on batch, dtype and device: memory, or x itself without one
         context = x if memory is None else memory
         widths = (self.self_attn.embed_dim,) * 3  # E
-        check_batch_first(("x", "memory", "memory"), (x, context, context), widths, unbatched=True)
+        check_batch_first(
+            ("x", "memory", "memory"),
+            (x, context, context),
+            widths,
+            unbatched=True,
+        )
         check_module_input("x", x, self)
         if memory_key_padding_mask is not None:
             check_key_mask(
@@ -173,7 +187,9 @@ class TransformerBlock(nn.Module):
             TypeError: `layer` is neither of the two torch layers.
             ValueError: it is post-LN, not batch-first, not GELU (exact), or built with `bias=False`.
         """
-        if not isinstance(layer, nn.TransformerEncoderLayer | nn.TransformerDecoderLayer):
+        if not isinstance(
+            layer, nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
+        ):
             raise TypeError(
                 "layer must be a torch.nn.TransformerEncoderLayer or TransformerDecoderLayer, "
                 f"got {type(layer).__name__}"
@@ -186,13 +202,17 @@ class TransformerBlock(nn.Module):
             "norm_first=True (pre-LN)": layer.norm_first,
             "batch_first=True": layer.self_attn.batch_first,
             'activation="gelu"': gelu,
-            "bias=True": layer.linear1.bias is not None and layer.norm1.bias is not None,
+            "bias=True": layer.linear1.bias is not None
+            and layer.norm1.bias is not None,
         }
         missing = [name for name, ok in problems.items() if not ok]
         if missing:
             raise ValueError(f"layer must be built with {', '.join(missing)}")
         decoder = isinstance(layer, nn.TransformerDecoderLayer)
-        embed_dim, hidden = layer.linear1.in_features, layer.linear1.out_features
+        embed_dim, hidden = (
+            layer.linear1.in_features,
+            layer.linear1.out_features,
+        )
         weight = layer.linear1.weight
         block = cls(
             embed_dim,
@@ -201,12 +221,22 @@ class TransformerBlock(nn.Module):
             dropout=layer.dropout.p,
             cross_attention=decoder,
         ).to(device=weight.device, dtype=weight.dtype)
-        norms = [layer.norm1, layer.norm2, layer.norm3] if decoder else [layer.norm1, layer.norm2]
-        ours = [block.attn_norm, block.cross_norm] if decoder else [block.attn_norm]
+        norms = (
+            [layer.norm1, layer.norm2, layer.norm3]
+            if decoder
+            else [layer.norm1, layer.norm2]
+        )
+        ours = (
+            [block.attn_norm, block.cross_norm]
+            if decoder
+            else [block.attn_norm]
+        )
         for mine, theirs in zip([*ours, block.mlp_norm], norms, strict=True):
             mine.eps = theirs.eps
             mine.load_state_dict(theirs.state_dict())
-        block.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
+        block.self_attn.load_state_dict(
+            MultiHeadAttention.from_torch(layer.self_attn).state_dict()
+        )
         if decoder:
             block.cross_attn.load_state_dict(
                 MultiHeadAttention.from_torch(layer.multihead_attn).state_dict()
@@ -219,7 +249,9 @@ class TransformerBlock(nn.Module):
 def _hidden_width(embed_dim: int, mlp_ratio: object) -> int:
     """The MLP's hidden width, `round(embed_dim * mlp_ratio)`: raise unless it is a finite number of units."""
     if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, Real):
-        raise TypeError(f"mlp_ratio must be a number, got {type(mlp_ratio).__name__}")
+        raise TypeError(
+            f"mlp_ratio must be a number, got {type(mlp_ratio).__name__}"
+        )
     if not math.isfinite(mlp_ratio):
         raise ValueError(f"mlp_ratio must be finite, got {mlp_ratio}")
     hidden = round(embed_dim * mlp_ratio)

@@ -11,7 +11,12 @@ the most recent ones, as StreamingLLM does (Xiao et al., 2024).
 import torch
 from torch import Tensor
 
-from qkv._checks import check_same_dtype_and_device, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_same_dtype_and_device,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 
 
 class KVCache:
@@ -63,8 +68,12 @@ class KVCache:
         if self.key is None:
             self.key, self.value = key, value
         else:
-            self.key = torch.cat([self.key, key], dim=-2)  # (B, H, T, D) -> (B, H, T + T_new, D)
-            self.value = torch.cat([self.value, value], dim=-2)  # (B, H, T + T_new, Dv)
+            self.key = torch.cat(
+                [self.key, key], dim=-2
+            )  # (B, H, T, D) -> (B, H, T + T_new, D)
+            self.value = torch.cat(
+                [self.value, value], dim=-2
+            )  # (B, H, T + T_new, Dv)
         return self.key, self.value
 
     # --8<-- [end:update]
@@ -77,15 +86,22 @@ class KVCache:
         """
         check_sizes(0, length=length)
         if length > len(self):
-            raise ValueError(f"length must be at most the {len(self)} tokens cached, got {length}")
+            raise ValueError(
+                f"length must be at most the {len(self)} tokens cached, got {length}"
+            )
         if self.key is not None:
-            self.key, self.value = self.key[..., :length, :], self.value[..., :length, :]
+            self.key, self.value = (
+                self.key[..., :length, :],
+                self.value[..., :length, :],
+            )
 
     def _check(self, key: Tensor, value: Tensor) -> None:
         for name, x in (("key", key), ("value", value)):
             check_tensor(name, x)
             if x.dim() != 4:
-                raise ValueError(f"{name} must be (B, H, T, D), got shape {shape(x)}")
+                raise ValueError(
+                    f"{name} must be (B, H, T, D), got shape {shape(x)}"
+                )
         check_same_dtype_and_device(key=key, value=value)
         if key.shape[:3] != value.shape[:3]:
             raise ValueError(
@@ -93,7 +109,10 @@ class KVCache:
             )
         if self.key is None:
             return
-        for name, new, held in (("key", key, self.key), ("value", value, self.value)):
+        for name, new, held in (
+            ("key", key, self.key),
+            ("value", value, self.value),
+        ):
             if new.shape[:2] != held.shape[:2] or new.size(-1) != held.size(-1):
                 raise ValueError(
                     f"{name} {shape(new)} disagrees with the cached {name}s {shape(held)} on batch, heads "
@@ -130,10 +149,14 @@ def streaming_window(x: Tensor, window: int, sinks: int = 4) -> Tensor:
     check_sizes(window=window)
     check_sizes(0, sinks=sinks)
     if sinks >= window:
-        raise ValueError(f"sinks ({sinks}) must be below window ({window}) to fit new tokens")
+        raise ValueError(
+            f"sinks ({sinks}) must be below window ({window}) to fit new tokens"
+        )
     if x.size(-2) <= window:
         return x
-    recent = x[..., x.size(-2) - (window - sinks) :, :]  # (..., window - sinks, D)
+    recent = x[
+        ..., x.size(-2) - (window - sinks) :, :
+    ]  # (..., window - sinks, D)
     return torch.cat([x[..., :sinks, :], recent], dim=-2)  # (..., window, D)
 
 

@@ -11,7 +11,12 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from qkv._checks import check_batch_first, check_key_mask, check_module_input, check_sizes
+from qkv._checks import (
+    check_batch_first,
+    check_key_mask,
+    check_module_input,
+    check_sizes,
+)
 from qkv.functional import safe_softmax
 
 
@@ -25,7 +30,11 @@ class _PairScoring(nn.Module):
     key_dim: int
 
     def forward(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Attend from each query over the keys.
 
@@ -44,7 +53,9 @@ class _PairScoring(nn.Module):
             ValueError: inputs or mask of the wrong shape or device.
         """
         features = (self.query_dim, self.key_dim, None)
-        check_batch_first(("query", "keys", "values"), (query, keys, values), features)
+        check_batch_first(
+            ("query", "keys", "values"), (query, keys, values), features
+        )
         check_module_input("query", query, self)
         if mask is not None:
             check_key_mask("mask", mask, query, keys, key_name="keys")
@@ -82,9 +93,15 @@ class AdditiveAttention(_PairScoring):
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
         """`e_ij = v^T tanh(W q_i + U k_j + b)`:
         `(B, L, Dq), (B, S, Dk) -> (B, L, S)`."""
-        q = self.query_proj(query)[:, :, None, :]  # (B, L, Dq) -> (B, L, 1, hidden)
-        k = self.key_proj(keys)[:, None, :, :]  # (B, S, Dk) -> (B, 1, S, hidden)
-        return self.score(torch.tanh(q + k)).squeeze(-1)  # (B, L, S, hidden) -> (B, L, S)
+        q = self.query_proj(query)[
+            :, :, None, :
+        ]  # (B, L, Dq) -> (B, L, 1, hidden)
+        k = self.key_proj(keys)[
+            :, None, :, :
+        ]  # (B, S, Dk) -> (B, 1, S, hidden)
+        return self.score(torch.tanh(q + k)).squeeze(
+            -1
+        )  # (B, L, S, hidden) -> (B, L, S)
 
     # --8<-- [end:additive]
 
@@ -104,11 +121,15 @@ class LuongAttention(_PairScoring):
         TypeError, ValueError: a `dim` that is not a positive int, or an unknown `score`.
     """
 
-    def __init__(self, dim: int, score: Literal["dot", "general", "concat"] = "dot") -> None:
+    def __init__(
+        self, dim: int, score: Literal["dot", "general", "concat"] = "dot"
+    ) -> None:
         super().__init__()
         check_sizes(dim=dim)
         if score not in ("dot", "general", "concat"):
-            raise ValueError(f"score must be 'dot', 'general' or 'concat', got {score!r}")
+            raise ValueError(
+                f"score must be 'dot', 'general' or 'concat', got {score!r}"
+            )
         self.query_dim = self.key_dim = dim
         self.kind = score
         if score == "general":
@@ -122,12 +143,17 @@ class LuongAttention(_PairScoring):
         """The chosen score of every pair:
         `(B, L, D), (B, S, D) -> (B, L, S)`."""
         if self.kind == "dot":
-            return query @ keys.transpose(1, 2)  # (B, L, D) @ (B, D, S) -> (B, L, S)
+            return query @ keys.transpose(
+                1, 2
+            )  # (B, L, D) @ (B, D, S) -> (B, L, S)
         if self.kind == "general":
             return query @ self.weight_proj(keys).transpose(1, 2)  # q^T (W k)
         pairs = torch.cat(  # every [q_i; k_j]: (B, L, S, 2D)
-            torch.broadcast_tensors(query[:, :, None, :], keys[:, None, :, :]), dim=-1
+            torch.broadcast_tensors(query[:, :, None, :], keys[:, None, :, :]),
+            dim=-1,
         )
-        return self.score(torch.tanh(self.concat_proj(pairs))).squeeze(-1)  # (B, L, S)
+        return self.score(torch.tanh(self.concat_proj(pairs))).squeeze(
+            -1
+        )  # (B, L, S)
 
     # --8<-- [end:luong]

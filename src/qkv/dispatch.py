@@ -137,7 +137,9 @@ def attention(
         key_lengths,
     )  # fmt: skip
     check_sinks(sinks, query)
-    return _attention(query, key, value, mask, dropout_p, backend, scale, enable_gqa, sinks)
+    return _attention(
+        query, key, value, mask, dropout_p, backend, scale, enable_gqa, sinks
+    )
 
 
 def _parse(
@@ -156,9 +158,20 @@ def _parse(
     """Check a call of `attention` or `select_backend`, whichever backend runs it; parse its masks."""
     check_backend(backend)
     mask = parse_call(
-        query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p, window, key_lengths
+        query,
+        key,
+        value,
+        attn_mask,
+        is_causal,
+        scale,
+        enable_gqa,
+        dropout_p,
+        window,
+        key_lengths,
     )
-    if attn_mask is not None and attn_mask.dim() < 2:  # torch's kernels fail on it with 4-D inputs
+    if (
+        attn_mask is not None and attn_mask.dim() < 2
+    ):  # torch's kernels fail on it with 4-D inputs
         raise ValueError(
             f"attn_mask must have at least 2 dimensions (..., L, S), got shape {shape(attn_mask)}: "
             "give a row of S flags that every query shares as (1, S)"
@@ -185,7 +198,12 @@ def _attention(
 ) -> Tensor:
     """`attention` of checked inputs, with the masks parsed into `mask`."""
     chosen = _select(query, key, value, mask, dropout_p, backend, sinks)
-    logger.debug("attention: %s backend for query %s %s", chosen, tuple(query.shape), query.dtype)
+    logger.debug(
+        "attention: %s backend for query %s %s",
+        chosen,
+        tuple(query.shape),
+        query.dtype,
+    )
     if chosen == "triton":
         from qkv.kernels.flash import attend
 
@@ -195,14 +213,24 @@ def _attention(
             query, key, value, mask, dropout_p, scale, enable_gqa, sinks
         )
     if sinks is not None:
-        return _torch_with_sinks(query, key, value, mask, dropout_p, scale, enable_gqa, sinks)
+        return _torch_with_sinks(
+            query, key, value, mask, dropout_p, scale, enable_gqa, sinks
+        )
     # torch's own is_causal for a top-left causal mask alone; torch 2.13's fused CPU kernel returns NaN
     # for it with a scale <= 0, where its mask path is right
     causal = mask.alignment == "top_left" and (scale is None or scale > 0)
-    if causal and mask.window is None and mask.key_lengths is None and mask.dense is None:
+    if (
+        causal
+        and mask.window is None
+        and mask.key_lengths is None
+        and mask.dense is None
+    ):
         attn_mask = None
     else:
-        causal, attn_mask = False, mask.as_tensor(query.size(-2), key.size(-2), query.device)
+        causal, attn_mask = (
+            False,
+            mask.as_tensor(query.size(-2), key.size(-2), query.device),
+        )
     return F.scaled_dot_product_attention(
         query,
         key,
@@ -229,21 +257,31 @@ def _torch_with_sinks(
     adds the head's sink to its score, so that the softmax runs over the concatenated logit."""
     seqlen_q, seqlen_k = query.size(-2), key.size(-2)
     dtype = torch.promote_types(query.dtype, torch.float32)
-    dense = mask.as_tensor(seqlen_q, seqlen_k, query.device)  # None, bool or float (..., L, S)
+    dense = mask.as_tensor(
+        seqlen_q, seqlen_k, query.device
+    )  # None, bool or float (..., L, S)
     if dense is None:
-        dense = torch.zeros(seqlen_q, seqlen_k, device=query.device, dtype=dtype)
+        dense = torch.zeros(
+            seqlen_q, seqlen_k, device=query.device, dtype=dtype
+        )
     elif dense.dtype == torch.bool:
         dense = keep_to_additive(dense, dtype)
     batch = broadcast_shape(dense.shape[:-2], query.shape[:-2])  # (..., H)
     dense = dense.to(dtype).expand(*batch, seqlen_q, seqlen_k)  # (..., H, L, S)
-    sink = sinks.to(dtype)[:, None, None].expand(*batch, seqlen_q, 1)  # (..., H, L, 1)
-    extra_key = key.new_zeros(*key.shape[:-2], 1, key.size(-1))  # (..., H_kv, 1, E)
+    sink = sinks.to(dtype)[:, None, None].expand(
+        *batch, seqlen_q, 1
+    )  # (..., H, L, 1)
+    extra_key = key.new_zeros(
+        *key.shape[:-2], 1, key.size(-1)
+    )  # (..., H_kv, 1, E)
     extra_value = value.new_zeros(*value.shape[:-2], 1, value.size(-1))
     return F.scaled_dot_product_attention(
         query,
         torch.cat([key, extra_key], dim=-2),  # (..., H_kv, S + 1, E)
         torch.cat([value, extra_value], dim=-2),
-        attn_mask=torch.cat([dense, sink], dim=-1).to(query.dtype),  # (..., H, L, S + 1)
+        attn_mask=torch.cat([dense, sink], dim=-1).to(
+            query.dtype
+        ),  # (..., H, L, S + 1)
         dropout_p=dropout_p,
         scale=scale,
         enable_gqa=enable_gqa,
@@ -273,13 +311,19 @@ def _select(
     refusal = contract.refusal(query, key, value, mask, dropout_p)
     if backend == "triton":
         if refusal is not None:
-            raise refusal.error(f"the triton backend cannot take these inputs: {refusal.reason}")
+            raise refusal.error(
+                f"the triton backend cannot take these inputs: {refusal.reason}"
+            )
         return backend
     if refusal is not None:
         return "torch"
-    backward = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
+    backward = torch.is_grad_enabled() and any(
+        x.requires_grad for x in (query, key, value)
+    )
     kind = call_kind(query, key, mask, backward)
-    return _measured_winner(_device_name(query.device), kind, query.size(-2), key.size(-2))
+    return _measured_winner(
+        _device_name(query.device), kind, query.size(-2), key.size(-2)
+    )
 
 
 def call_kind(query: Tensor, key: Tensor, mask: Mask, backward: bool) -> dict:
@@ -298,12 +342,15 @@ def call_kind(query: Tensor, key: Tensor, mask: Mask, backward: bool) -> dict:
     }
 
 
-def _measured_winner(device_name: str, kind: dict, seqlen_q: int, seqlen_k: int) -> str:
+def _measured_winner(
+    device_name: str, kind: dict, seqlen_q: int, seqlen_k: int
+) -> str:
     """The faster backend of the nearest measured case of this kind on this GPU model; torch if none."""
     cases = [
         case
         for case in _measurements()
-        if case["device_name"] == device_name and all(case[name] == kind[name] for name in kind)
+        if case["device_name"] == device_name
+        and all(case[name] == kind[name] for name in kind)
     ]
     if not cases:
         return "torch"

@@ -23,11 +23,21 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from qkv._checks import check_bool, check_same_dtype_and_device, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_bool,
+    check_same_dtype_and_device,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 
 
 def ring_attention(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool = False, group: dist.ProcessGroup | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool = False,
+    group: dist.ProcessGroup | None = None,
 ) -> Tensor:
     """Attention over the whole sequence for this rank's queries, called on every rank of `group` at once.
 
@@ -74,7 +84,9 @@ def ring_schedule(world: int, causal: bool = False) -> list[list[int | None]]:
     schedule = []
     for rank in range(world):
         sources = [(rank - step) % world for step in range(world)]
-        schedule.append([s if not causal or s <= rank else None for s in sources])
+        schedule.append(
+            [s if not causal or s <= rank else None for s in sources]
+        )
     return schedule
     # --8<-- [end:schedule]
 
@@ -92,7 +104,9 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _ring_backward(q, k, v, out, lse, d_out.to(q.dtype), ctx.causal, ctx.group)
+        dq, dk, dv = _ring_backward(
+            q, k, v, out, lse, d_out.to(q.dtype), ctx.causal, ctx.group
+        )
         return dq.to(ctx.dtype), dk.to(ctx.dtype), dv.to(ctx.dtype), None, None
 
 
@@ -103,11 +117,17 @@ def _ring_forward(
     """This rank's output `(B, H, n, Dv)` and log-sum-exp `(B, H, n)` over every
     block of the ring."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    out = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype, device=q.device)  # (B, H, n, Dv)
-    lse = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)  # (B, H, n)
+    out = torch.zeros(
+        *q.shape[:-1], v.size(-1), dtype=q.dtype, device=q.device
+    )  # (B, H, n, Dv)
+    lse = torch.full(
+        q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device
+    )  # (B, H, n)
     for step, source in enumerate(ring_schedule(world, causal)[rank]):
         if step < world - 1:
-            incoming = _pass_along([k, v], group)  # the next block travels while this one is used
+            incoming = _pass_along(
+                [k, v], group
+            )  # the next block travels while this one is used
         if source is not None:
             mask = _diagonal_mask(q, k) if causal and source == rank else None
             block_out, block_lse = _attend(q, k, v, mask)
@@ -117,20 +137,28 @@ def _ring_forward(
     return out, lse
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+def _attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
+) -> tuple[Tensor, Tensor]:
     """Softmax attention of q over one block of keys: the block's output and its
     log-sum-exp per query."""
     scores = q @ k.transpose(-2, -1) * q.size(-1) ** -0.5  # (B, H, n, n)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # (B, H, n)
-    return torch.exp(scores - lse[..., None]) @ v, lse  # (B, H, n, Dv), (B, H, n)
+    return torch.exp(
+        scores - lse[..., None]
+    ) @ v, lse  # (B, H, n, Dv), (B, H, n)
 
 
-def _merge(out: Tensor, lse: Tensor, block_out: Tensor, block_lse: Tensor) -> tuple[Tensor, Tensor]:
+def _merge(
+    out: Tensor, lse: Tensor, block_out: Tensor, block_lse: Tensor
+) -> tuple[Tensor, Tensor]:
     """Online softmax: two partial attentions over disjoint keys, each
     normalised by its own sum, as one."""
-    new_lse = torch.logaddexp(lse, block_lse)  # log(e^lse + e^block_lse): the sum over both
+    new_lse = torch.logaddexp(
+        lse, block_lse
+    )  # log(e^lse + e^block_lse): the sum over both
     out = (
         out * torch.exp(lse - new_lse)[..., None]
         + block_out * torch.exp(block_lse - new_lse)[..., None]
@@ -152,7 +180,9 @@ def _ring_backward(
     """Gradients of this rank's shards: the blocks go round again, their gradients accumulating on the way."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     scale = q.size(-1) ** -0.5
-    delta = (d_out * out).sum(dim=-1, keepdim=True)  # rowsum(dO * O): (B, H, n, 1)
+    delta = (d_out * out).sum(
+        dim=-1, keepdim=True
+    )  # rowsum(dO * O): (B, H, n, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for step, source in enumerate(ring_schedule(world, causal)[rank]):
         if step < world - 1:
@@ -160,11 +190,19 @@ def _ring_backward(
         if source is not None:
             scores = q @ k.transpose(-2, -1) * scale  # (B, H, n, n)
             if causal and source == rank:
-                scores = scores.masked_fill(~_diagonal_mask(q, k), float("-inf"))
-            p = torch.exp(scores - lse[..., None])  # the forward's probabilities, recomputed
-            ds = p * (d_out @ v.transpose(-2, -1) - delta)  # dS = P * (dP - delta)
+                scores = scores.masked_fill(
+                    ~_diagonal_mask(q, k), float("-inf")
+                )
+            p = torch.exp(
+                scores - lse[..., None]
+            )  # the forward's probabilities, recomputed
+            ds = p * (
+                d_out @ v.transpose(-2, -1) - delta
+            )  # dS = P * (dP - delta)
             dq += ds @ k * scale
-            dk += ds.transpose(-2, -1) @ q * scale  # the gradient for the block's owner
+            dk += (
+                ds.transpose(-2, -1) @ q * scale
+            )  # the gradient for the block's owner
             dv += p.transpose(-2, -1) @ d_out
         dk, dv = _wait(
             *_pass_along([dk, dv], group)
@@ -174,7 +212,9 @@ def _ring_backward(
     return dq, dk, dv
 
 
-def _pass_along(tensors: list[Tensor], group: dist.ProcessGroup) -> tuple[list, list[Tensor]]:
+def _pass_along(
+    tensors: list[Tensor], group: dist.ProcessGroup
+) -> tuple[list, list[Tensor]]:
     """Start sending `tensors` to the next rank of the ring and receiving the previous rank's into new buffers."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     after = dist.get_global_rank(group, (rank + 1) % world)
@@ -193,26 +233,44 @@ def _wait(requests: list, received: list[Tensor]) -> list[Tensor]:
 
 def _diagonal_mask(q: Tensor, k: Tensor) -> Tensor:
     """The causal mask of a rank's own block: position `i` of the shard sees positions `j <= i`."""
-    return torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+    return torch.ones(
+        q.size(-2), k.size(-2), dtype=torch.bool, device=q.device
+    ).tril()
 
 
-def _check_shards(q: object, k: object, v: object, causal: bool, group: dist.ProcessGroup) -> None:
+def _check_shards(
+    q: object, k: object, v: object, causal: bool, group: dist.ProcessGroup
+) -> None:
     """Check this rank's inputs, then compare every rank's shapes; raise on every rank alike, never hang."""
     try:
         for name, x in (("q", q), ("k", k), ("v", v)):
             check_tensor(name, x, min_dim=4)
             if x.dim() != 4:
-                raise ValueError(f"{name} must be (B, H, N/W, D), got {shape(x)}")
+                raise ValueError(
+                    f"{name} must be (B, H, N/W, D), got {shape(x)}"
+                )
         check_same_dtype_and_device(q=q, k=k, v=v)
         check_bool("causal", causal)
         if q.size(-1) == 0:
-            raise ValueError(f"q and k need a feature size D of at least 1, got q {shape(q)}")
-        if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3] or q.size(-1) != k.size(-1):
+            raise ValueError(
+                f"q and k need a feature size D of at least 1, got q {shape(q)}"
+            )
+        if (
+            q.shape[:3] != k.shape[:3]
+            or k.shape[:3] != v.shape[:3]
+            or q.size(-1) != k.size(-1)
+        ):
             raise ValueError(
                 "q, k and v must be shards of one sequence, (B, H, N/W, D) with the same B, H, N/W "
                 f"and D for q and k: q {shape(q)}, k {shape(k)}, v {shape(v)}"
             )
-        report = (None, shape(q), shape(k), shape(v), causal)  # causal: a bool, checked above
+        report = (
+            None,
+            shape(q),
+            shape(k),
+            shape(v),
+            causal,
+        )  # causal: a bool, checked above
     except (TypeError, ValueError) as error:
         report, own_error = (str(error), None, None, None, causal), error
     reports = [None] * dist.get_world_size(group)
@@ -221,7 +279,9 @@ def _check_shards(q: object, k: object, v: object, causal: bool, group: dist.Pro
         raise own_error
     for rank, (error, *_) in enumerate(reports):
         if error is not None:
-            raise ValueError(f"rank {rank} of the group rejected its shards: {error}")
+            raise ValueError(
+                f"rank {rank} of the group rejected its shards: {error}"
+            )
     if len({tuple(r[1:]) for r in reports}) > 1:
         listed = "; ".join(
             f"rank {rank}: q {q_}, k {k_}, v {v_}, causal={c}"

@@ -43,7 +43,9 @@ FeatureMap = Literal["elu"] | Callable[[Tensor], Tensor]
 # --- local attention ----------------------------------------------------------------------------------------
 
 
-def sliding_window_attention(query: Tensor, key: Tensor, value: Tensor, window: int) -> Tensor:
+def sliding_window_attention(
+    query: Tensor, key: Tensor, value: Tensor, window: int
+) -> Tensor:
     """Exact attention under `qkv.sliding_window_mask(N, window)`, touching only the keys in the band.
 
     Queries are cut into chunks of `window` rows; a chunk starting at `s` needs keys `s - window + 1` to
@@ -70,10 +72,14 @@ def sliding_window_attention(query: Tensor, key: Tensor, value: Tensor, window: 
     if query.size(-2) == 0:
         return _no_attention(query, key, value)
     dtype = torch.promote_types(query.dtype, torch.float32)
-    return _sliding_window(query.to(dtype), key.to(dtype), value.to(dtype), window).to(query.dtype)
+    return _sliding_window(
+        query.to(dtype), key.to(dtype), value.to(dtype), window
+    ).to(query.dtype)
 
 
-def _sliding_window(query: Tensor, key: Tensor, value: Tensor, window: int) -> Tensor:
+def _sliding_window(
+    query: Tensor, key: Tensor, value: Tensor, window: int
+) -> Tensor:
     # --8<-- [start:sliding-window]
     n, chunk = query.size(-2), min(window, max(query.size(-2), 1))
     chunks = -(-n // chunk)  # ceil(N / chunk)
@@ -81,17 +87,40 @@ def _sliding_window(query: Tensor, key: Tensor, value: Tensor, window: int) -> T
     # the band of chunk c: keys c*chunk - (window - 1) ... c*chunk + chunk - 1
     q = F.pad(query, (0, 0, 0, pad_end))  # (..., chunks * chunk, E)
     q = q.unflatten(-2, (chunks, chunk))  # (..., chunks, chunk, E)
-    k = F.pad(key, (0, 0, window - 1, pad_end)).unfold(-2, chunk + window - 1, chunk)
-    v = F.pad(value, (0, 0, window - 1, pad_end)).unfold(-2, chunk + window - 1, chunk)
-    k, v = k.transpose(-2, -1), v.transpose(-2, -1)  # (..., chunks, chunk + window - 1, E)
+    k = F.pad(key, (0, 0, window - 1, pad_end)).unfold(
+        -2, chunk + window - 1, chunk
+    )
+    v = F.pad(value, (0, 0, window - 1, pad_end)).unfold(
+        -2, chunk + window - 1, chunk
+    )
+    k, v = (
+        k.transpose(-2, -1),
+        v.transpose(-2, -1),
+    )  # (..., chunks, chunk + window - 1, E)
 
-    scores = q @ k.transpose(-2, -1) * _scale(query.size(-1))  # (..., chunks, chunk, band)
-    offset = torch.arange(chunk)[:, None] - torch.arange(chunk + window - 1)[None, :] + window - 1
-    in_window = (offset >= 0) & (offset < window)  # (chunk, band): i - window < j <= i
-    position = torch.arange(chunks)[:, None] * chunk + torch.arange(chunk + window - 1) - window + 1
+    scores = (
+        q @ k.transpose(-2, -1) * _scale(query.size(-1))
+    )  # (..., chunks, chunk, band)
+    offset = (
+        torch.arange(chunk)[:, None]
+        - torch.arange(chunk + window - 1)[None, :]
+        + window
+        - 1
+    )
+    in_window = (offset >= 0) & (
+        offset < window
+    )  # (chunk, band): i - window < j <= i
+    position = (
+        torch.arange(chunks)[:, None] * chunk
+        + torch.arange(chunk + window - 1)
+        - window
+        + 1
+    )
     real_key = (position >= 0) & (position < n)  # (chunks, band): not padding
     keep = in_window & real_key[:, None, :]  # (chunks, chunk, band)
-    weights = safe_softmax(scores.masked_fill(~keep.to(scores.device), float("-inf")))
+    weights = safe_softmax(
+        scores.masked_fill(~keep.to(scores.device), float("-inf"))
+    )
     out = weights @ v  # (..., chunks, chunk, Ev)
     return out.flatten(-3, -2)[..., :n, :]  # (..., N, Ev)
     # --8<-- [end:sliding-window]
@@ -142,23 +171,35 @@ def sparse_mask(
     check_sizes(window=window)
     _check_generator(generator)
     if num_global and pattern in ("strided", "fixed"):
-        raise ValueError(f"the {pattern} pattern has no global tokens, got num_global={num_global}")
+        raise ValueError(
+            f"the {pattern} pattern has no global tokens, got num_global={num_global}"
+        )
     if num_random and pattern != "bigbird":
-        raise ValueError(f"only bigbird draws random keys, got num_random={num_random}")
+        raise ValueError(
+            f"only bigbird draws random keys, got num_random={num_random}"
+        )
     if num_random > length:
-        raise ValueError(f"num_random={num_random} exceeds the number of keys {length}")
+        raise ValueError(
+            f"num_random={num_random} exceeds the number of keys {length}"
+        )
     i = torch.arange(length)[:, None]  # (N, 1)
     j = torch.arange(length)[None, :]  # (1, N)
     # --8<-- [start:patterns]
     if pattern == "strided":
         return (j <= i) & ((i - j < window) | ((i - j) % window == 0))
     if pattern == "fixed":
-        return (j <= i) & ((j // window == i // window) | (j % window == window - 1))
+        return (j <= i) & (
+            (j // window == i // window) | (j % window == window - 1)
+        )
     is_global = torch.arange(length) < num_global  # (N,)
     keep = ((i - j).abs() <= window) | is_global[:, None] | is_global[None, :]
     if pattern == "bigbird":
-        chosen = torch.rand(length, length, generator=generator).argsort(dim=-1)[:, :num_random]
-        keep = keep.scatter(-1, chosen, True)  # num_random random keys per query
+        chosen = torch.rand(length, length, generator=generator).argsort(
+            dim=-1
+        )[:, :num_random]
+        keep = keep.scatter(
+            -1, chosen, True
+        )  # num_random random keys per query
     return keep
     # --8<-- [end:patterns]
 
@@ -176,13 +217,27 @@ def block_layout(mask: Tensor, block_size: int) -> Tensor:
     _check_keep_mask(mask)
     check_sizes(block_size=block_size)
     rows, cols = -(-mask.size(0) // block_size), -(-mask.size(1) // block_size)
-    padded = F.pad(mask, (0, cols * block_size - mask.size(1), 0, rows * block_size - mask.size(0)))
-    tiles = padded.reshape(rows, block_size, cols, block_size)  # (L/b, b, S/b, b)
+    padded = F.pad(
+        mask,
+        (
+            0,
+            cols * block_size - mask.size(1),
+            0,
+            rows * block_size - mask.size(0),
+        ),
+    )
+    tiles = padded.reshape(
+        rows, block_size, cols, block_size
+    )  # (L/b, b, S/b, b)
     return tiles.any(dim=3).any(dim=1)  # (L/b, S/b)
 
 
 def block_sparse_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor, block_size: int = 64
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor,
+    block_size: int = 64,
 ) -> Tensor:
     """Exact attention under a keep mask, computing only the tiles of scores that the mask does not empty.
 
@@ -211,7 +266,9 @@ def block_sparse_attention(
     if query.size(-2) == 0 or key.size(-2) == 0:
         return _no_attention(query, key, value)
     dtype = torch.promote_types(query.dtype, torch.float32)
-    out = _block_sparse(query.to(dtype), key.to(dtype), value.to(dtype), mask, block_size)
+    out = _block_sparse(
+        query.to(dtype), key.to(dtype), value.to(dtype), mask, block_size
+    )
     return out.to(query.dtype)
 
 
@@ -219,15 +276,25 @@ def _block_sparse(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor, block_size: int
 ) -> Tensor:
     # --8<-- [start:block-sparse]
-    layout = block_layout(mask, block_size)  # (L/b, S/b): tiles with at least one kept pair
-    block_of_key = torch.arange(key.size(-2), device=mask.device) // block_size  # (S,)
+    layout = block_layout(
+        mask, block_size
+    )  # (L/b, S/b): tiles with at least one kept pair
+    block_of_key = (
+        torch.arange(key.size(-2), device=mask.device) // block_size
+    )  # (S,)
     scale = _scale(query.size(-1))
     out = []
     for row, kept_blocks in enumerate(layout):  # one block of queries at a time
         rows = slice(row * block_size, (row + 1) * block_size)
-        keys = kept_blocks[block_of_key].nonzero().flatten()  # the keys of the kept tiles only
-        scores = query[..., rows, :] @ key[..., keys, :].transpose(-2, -1) * scale  # (..., b, kept)
-        scores = scores.masked_fill(~mask[rows, keys].to(scores.device), float("-inf"))
+        keys = (
+            kept_blocks[block_of_key].nonzero().flatten()
+        )  # the keys of the kept tiles only
+        scores = (
+            query[..., rows, :] @ key[..., keys, :].transpose(-2, -1) * scale
+        )  # (..., b, kept)
+        scores = scores.masked_fill(
+            ~mask[rows, keys].to(scores.device), float("-inf")
+        )
         out.append(safe_softmax(scores) @ value[..., keys, :])  # (..., b, Ev)
     return torch.cat(out, dim=-2)  # (..., L, Ev)
     # --8<-- [end:block-sparse]
@@ -258,16 +325,27 @@ def axial_attention(
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
     for name, x in (("query", query), ("key", key), ("value", value)):
         check_tensor(name, x, min_dim=3)
-    if key.shape[-3:-1] != query.shape[-3:-1] or value.shape[-3:-1] != query.shape[-3:-1]:
+    if (
+        key.shape[-3:-1] != query.shape[-3:-1]
+        or value.shape[-3:-1] != query.shape[-3:-1]
+    ):
         raise ValueError(
             "query, key and value must share the grid (R, C) in dims -3 and -2: "
             f"query {shape(query)}, key {shape(key)}, value {shape(value)}"
         )
-    check_attention_inputs(query, key, value, None, False)  # on the grids as given
+    check_attention_inputs(
+        query, key, value, None, False
+    )  # on the grids as given
     # --8<-- [start:axial]
-    if axis == "column":  # attend along R: make the columns the last-but-one dim
-        query, key, value = (x.transpose(-3, -2) for x in (query, key, value))  # (..., C, R, E)
-    out = scaled_dot_product_attention(query, key, value)  # each row of the grid is a sequence
+    if (
+        axis == "column"
+    ):  # attend along R: make the columns the last-but-one dim
+        query, key, value = (
+            x.transpose(-3, -2) for x in (query, key, value)
+        )  # (..., C, R, E)
+    out = scaled_dot_product_attention(
+        query, key, value
+    )  # each row of the grid is a sequence
     return out.transpose(-3, -2) if axis == "column" else out  # (..., R, C, Ev)
     # --8<-- [end:axial]
 
@@ -283,7 +361,9 @@ def axial_mask(rows: int, cols: int, axis: Literal["row", "column"]) -> Tensor:
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
     check_sizes(0, rows=rows, cols=cols)
     position = torch.arange(rows * cols)
-    line = position // cols if axis == "row" else position % cols  # (R C,): the row or column index
+    line = (
+        position // cols if axis == "row" else position % cols
+    )  # (R C,): the row or column index
     return line[:, None] == line[None, :]
 
 
@@ -346,17 +426,25 @@ class PerformerFeatures:
         check_sizes(head_dim=head_dim, num_features=num_features)
         check_bool("orthogonal", orthogonal)
         _check_generator(generator)
-        gaussian = torch.randn(num_features, head_dim, generator=generator)  # (M, E)
+        gaussian = torch.randn(
+            num_features, head_dim, generator=generator
+        )  # (M, E)
         if orthogonal:
             blocks = [
-                _random_rotation(head_dim, generator) for _ in range(-(-num_features // head_dim))
+                _random_rotation(head_dim, generator)
+                for _ in range(-(-num_features // head_dim))
             ]
-            directions = torch.cat(blocks)[:num_features]  # (M, E), orthonormal within a block
+            directions = torch.cat(blocks)[
+                :num_features
+            ]  # (M, E), orthonormal within a block
             gaussian = directions * gaussian.norm(dim=-1, keepdim=True)
         self.projection = gaussian  # W, (M, E)
 
     def __repr__(self) -> str:
-        head_dim, num_features = self.projection.shape[1], self.projection.shape[0]
+        head_dim, num_features = (
+            self.projection.shape[1],
+            self.projection.shape[0],
+        )
         return f"PerformerFeatures(head_dim={head_dim}, num_features={num_features})"
 
     def __call__(self, x: Tensor, *, query: bool = False) -> Tensor:
@@ -369,25 +457,37 @@ class PerformerFeatures:
         """
         check_tensor("x", x, min_dim=2)
         if x.size(-1) != self.projection.size(1):
-            raise ValueError(f"{self!r} takes x of shape (..., N, head_dim), got {shape(x)}")
+            raise ValueError(
+                f"{self!r} takes x of shape (..., N, head_dim), got {shape(x)}"
+            )
         check_bool("query", query)
         # --8<-- [start:favor]
         x = x * x.size(-1) ** -0.25
         projected = x @ self.projection.to(x).T  # W x': (..., N, M)
-        half_squared_norm = (x * x).sum(dim=-1, keepdim=True) / 2  # |x'|^2 / 2: (..., N, 1)
+        half_squared_norm = (x * x).sum(
+            dim=-1, keepdim=True
+        ) / 2  # |x'|^2 / 2: (..., N, 1)
         exponent = projected - half_squared_norm  # (..., N, M)
         # a constant factor that cancels (see the class): each query's own, or
         # one per sequence of keys
-        per_sequence = not query and x.size(-2) > 0  # with no position, there is nothing to share
-        stabiliser = exponent.amax(dim=(-2, -1) if per_sequence else -1, keepdim=True)
-        return torch.exp(exponent - stabiliser) / math.sqrt(self.projection.size(0))
+        per_sequence = (
+            not query and x.size(-2) > 0
+        )  # with no position, there is nothing to share
+        stabiliser = exponent.amax(
+            dim=(-2, -1) if per_sequence else -1, keepdim=True
+        )
+        return torch.exp(exponent - stabiliser) / math.sqrt(
+            self.projection.size(0)
+        )
         # --8<-- [end:favor]
 
 
 def _random_rotation(size: int, generator: torch.Generator | None) -> Tensor:
     """A uniformly random orthogonal matrix: QR of a Gaussian one, with the signs that make it uniform."""
     q, r = torch.linalg.qr(torch.randn(size, size, generator=generator))
-    return q * torch.sign(torch.diagonal(r))  # (E, E); without the signs, QR's convention biases Q
+    return q * torch.sign(
+        torch.diagonal(r)
+    )  # (E, E); without the signs, QR's convention biases Q
 
 
 def linear_attention(
@@ -434,41 +534,69 @@ def linear_attention(
         return _no_attention(q, k, v)
     phi_q, phi_k = _features(phi, q, k)
     v32 = v.to(phi_q.dtype)
-    out = _causal_linear(phi_q, phi_k, v32, chunk_size) if causal else _linear(phi_q, phi_k, v32)
+    out = (
+        _causal_linear(phi_q, phi_k, v32, chunk_size)
+        if causal
+        else _linear(phi_q, phi_k, v32)
+    )
     return out.to(q.dtype)
 
 
 def _linear(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
     # --8<-- [start:linear]
-    state = phi_k.transpose(-2, -1) @ v  # S = sum_j phi(k_j) v_j^T: (..., M, Ev)
+    state = (
+        phi_k.transpose(-2, -1) @ v
+    )  # S = sum_j phi(k_j) v_j^T: (..., M, Ev)
     normaliser = phi_k.sum(dim=-2)  # z = sum_j phi(k_j): (..., M)
     numerator = phi_q @ state  # (..., L, Ev)
     denominator = phi_q @ normaliser[..., None]  # (..., L, 1)
-    _check_normaliser(denominator)  # positive in exact arithmetic: 0 only by underflow
+    _check_normaliser(
+        denominator
+    )  # positive in exact arithmetic: 0 only by underflow
     return numerator / denominator
     # --8<-- [end:linear]
 
 
-def _causal_linear(phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk_size: int) -> Tensor:
+def _causal_linear(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk_size: int
+) -> Tensor:
     # --8<-- [start:causal-linear]
-    state = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), v.size(-1))  # S_0 = 0: (..., M, Ev)
-    normaliser = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), 1)  # z_0 = 0: (..., M, 1)
+    state = phi_k.new_zeros(
+        *phi_k.shape[:-2], phi_k.size(-1), v.size(-1)
+    )  # S_0 = 0: (..., M, Ev)
+    normaliser = phi_k.new_zeros(
+        *phi_k.shape[:-2], phi_k.size(-1), 1
+    )  # z_0 = 0: (..., M, 1)
     out = []
     for start in range(0, phi_q.size(-2), chunk_size):
-        fq, fk, vc = (x[..., start : start + chunk_size, :] for x in (phi_q, phi_k, v))
-        within = (fq @ fk.transpose(-2, -1)).tril()  # pairs j <= i inside the chunk: (..., c, c)
+        fq, fk, vc = (
+            x[..., start : start + chunk_size, :] for x in (phi_q, phi_k, v)
+        )
+        within = (
+            fq @ fk.transpose(-2, -1)
+        ).tril()  # pairs j <= i inside the chunk: (..., c, c)
         numerator = fq @ state + within @ vc  # (..., c, Ev)
-        denominator = fq @ normaliser + within.sum(dim=-1, keepdim=True)  # (..., c, 1)
+        denominator = fq @ normaliser + within.sum(
+            dim=-1, keepdim=True
+        )  # (..., c, 1)
         _check_normaliser(denominator)
         out.append(numerator / denominator)
-        state = state + fk.transpose(-2, -1) @ vc  # S += sum over the chunk of phi(k_j) v_j^T
-        normaliser = normaliser + fk.sum(dim=-2)[..., None]  # z += sum over the chunk of phi(k_j)
+        state = (
+            state + fk.transpose(-2, -1) @ vc
+        )  # S += sum over the chunk of phi(k_j) v_j^T
+        normaliser = (
+            normaliser + fk.sum(dim=-2)[..., None]
+        )  # z += sum over the chunk of phi(k_j)
     return torch.cat(out, dim=-2)  # (..., L, Ev)
     # --8<-- [end:causal-linear]
 
 
 def linear_attention_weights(
-    q: Tensor, k: Tensor, causal: bool = False, *, feature_map: FeatureMap = "elu"
+    q: Tensor,
+    k: Tensor,
+    causal: bool = False,
+    *,
+    feature_map: FeatureMap = "elu",
 ) -> Tensor:
     """The `(L, S)` weights that `linear_attention` applies without forming them: the quadratic form.
 
@@ -508,12 +636,17 @@ def _feature_map(feature_map: object) -> Callable[[Tensor], Tensor]:
     return feature_map
 
 
-def _features(phi: Callable[..., Tensor], q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+def _features(
+    phi: Callable[..., Tensor], q: Tensor, k: Tensor
+) -> tuple[Tensor, Tensor]:
     """`phi(q)` `(..., L, M)` and `phi(k)` `(..., S, M)`, in float32 or wider; raises unless they fit."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k = q.to(dtype), k.to(dtype)
     if isinstance(phi, PerformerFeatures):
-        phi_q, phi_k = phi(q, query=True), phi(k)  # a query's own stabiliser cancels too
+        phi_q, phi_k = (
+            phi(q, query=True),
+            phi(k),
+        )  # a query's own stabiliser cancels too
     else:
         phi_q, phi_k = phi(q), phi(k)
     for name, x, features in (("query", q, phi_q), ("key", k, phi_k)):
@@ -545,7 +678,9 @@ def _check_linear_inputs(q: Tensor, k: Tensor, causal: bool) -> None:
 def _check_normaliser(denominator: Tensor) -> None:
     """Raise unless each `phi(q_i)^T z_i` is a normal number: below, underflow has eaten its digits."""
     finfo = torch.finfo(denominator.dtype)
-    lost = (denominator < finfo.tiny) | (denominator == float("inf"))  # NaN passes: NaN in, NaN out
+    lost = (denominator < finfo.tiny) | (
+        denominator == float("inf")
+    )  # NaN passes: NaN in, NaN out
     if lost.any():
         raise ValueError(
             f"linear attention: the feature_map's features give a query the normaliser phi(q_i)^T z_i = "
@@ -568,10 +703,14 @@ def linformer_projection(
     """
     check_sizes(seq_len=seq_len, proj_len=proj_len)
     _check_generator(generator)
-    return torch.randn(proj_len, seq_len, generator=generator) / math.sqrt(proj_len)
+    return torch.randn(proj_len, seq_len, generator=generator) / math.sqrt(
+        proj_len
+    )
 
 
-def linformer_attention(query: Tensor, key: Tensor, value: Tensor, projection: Tensor) -> Tensor:
+def linformer_attention(
+    query: Tensor, key: Tensor, value: Tensor, projection: Tensor
+) -> Tensor:
     """Softmax attention over `K` mixtures of the keys and values instead of all `S` (Wang et al., 2020).
 
     Args:

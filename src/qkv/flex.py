@@ -104,18 +104,31 @@ def block_mask(
         ValueError: a size below 1; `mask_fn` returning a shape that does not broadcast to `(B, H, L, S)`.
     """
     if not callable(mask_fn):
-        raise TypeError(f"mask_fn must be a function of (b, h, q_idx, kv_idx), got {mask_fn!r}")
+        raise TypeError(
+            f"mask_fn must be a function of (b, h, q_idx, kv_idx), got {mask_fn!r}"
+        )
     check_sizes(L=L, S=S, block_size=block_size)
-    check_sizes(**{name: n for name, n in (("B", B), ("H", H)) if n is not None})
+    check_sizes(
+        **{name: n for name, n in (("B", B), ("H", H)) if n is not None}
+    )
     # --8<-- [start:tiles]
     keep = _evaluate_mask(mask_fn, B or 1, H or 1, L, S, device)  # (B, H, L, S)
     tiles_q, tiles_k = math.ceil(L / block_size), math.ceil(S / block_size)
-    padded = keep.new_zeros(B or 1, H or 1, tiles_q * block_size, tiles_k * block_size)
+    padded = keep.new_zeros(
+        B or 1, H or 1, tiles_q * block_size, tiles_k * block_size
+    )
     # pairs past (L, S) count as dropped: such a tile is never full
     padded[..., :L, :S] = keep
-    tiles = padded.view(B or 1, H or 1, tiles_q, block_size, tiles_k, block_size)
-    any_kept, all_kept = tiles.any(dim=(3, 5)), tiles.all(dim=(3, 5))  # (B, H, tiles_q, tiles_k)
-    kinds = torch.where(all_kept, FULL, torch.where(any_kept, PARTIAL, EMPTY)).to(torch.int8)
+    tiles = padded.view(
+        B or 1, H or 1, tiles_q, block_size, tiles_k, block_size
+    )
+    any_kept, all_kept = (
+        tiles.any(dim=(3, 5)),
+        tiles.all(dim=(3, 5)),
+    )  # (B, H, tiles_q, tiles_k)
+    kinds = torch.where(
+        all_kept, FULL, torch.where(any_kept, PARTIAL, EMPTY)
+    ).to(torch.int8)
     return BlockMask(mask_fn, kinds, L, S, block_size)
     # --8<-- [end:tiles]
 
@@ -173,9 +186,13 @@ def flex_attention(
     if score_mod is not None:
         modified = _called("score_mod", score_mod, scores, b, h, q_idx, kv_idx)
         if not isinstance(modified, Tensor):
-            raise TypeError(f"score_mod must return a tensor, got {type(modified).__name__}")
+            raise TypeError(
+                f"score_mod must return a tensor, got {type(modified).__name__}"
+            )
         if not modified.is_floating_point():
-            raise TypeError(f"score_mod must return floating-point scores, got {modified.dtype}")
+            raise TypeError(
+                f"score_mod must return floating-point scores, got {modified.dtype}"
+            )
         if modified.shape != scores.shape:
             raise ValueError(
                 f"score_mod must return scores of the shape it was given, {shape(scores)}, "
@@ -185,16 +202,25 @@ def flex_attention(
     if block_mask is not None:
         keep = _kept(block_mask, batch, heads, seqlen_q, seqlen_k, q.device)
         scores = scores.masked_fill(~keep, -math.inf)
-    weights = safe_softmax(scores)  # (B, H, L, S); zeros for a row that keeps no key
+    weights = safe_softmax(
+        scores
+    )  # (B, H, L, S); zeros for a row that keeps no key
     return (weights @ v.to(dtype)).to(q.dtype)  # (B, H, L, D_v)
 
 
 def _kept(
-    mask: BlockMask, batch: int, heads: int, seqlen_q: int, seqlen_k: int, device: torch.device
+    mask: BlockMask,
+    batch: int,
+    heads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    device: torch.device,
 ) -> Tensor:
     """bool `(B, H, L, S)`: the pairs that `mask` keeps, its function asked inside partial tiles only."""
     if not isinstance(mask, BlockMask):
-        raise TypeError(f"block_mask must be a qkv.flex.BlockMask, got {type(mask).__name__}")
+        raise TypeError(
+            f"block_mask must be a qkv.flex.BlockMask, got {type(mask).__name__}"
+        )
     if mask.kinds.device != device:
         raise ValueError(
             f"block_mask was made on {mask.kinds.device} but q is on {device}: pass device= to block_mask"
@@ -214,24 +240,41 @@ def _kept(
             f"{mask.seqlen_k}) (B, H of 1: any), but the scores are {(batch, heads, seqlen_q, seqlen_k)}"
         )
     size = mask.block_size
-    kinds = mask.kinds.repeat_interleave(size, dim=2).repeat_interleave(size, dim=3)
-    kinds = kinds[..., :seqlen_q, :seqlen_k]  # (B|1, H|1, L, S): the kind of each pair's tile
+    kinds = mask.kinds.repeat_interleave(size, dim=2).repeat_interleave(
+        size, dim=3
+    )
+    kinds = kinds[
+        ..., :seqlen_q, :seqlen_k
+    ]  # (B|1, H|1, L, S): the kind of each pair's tile
     partial = kinds == PARTIAL
     keep = kinds == FULL
     if partial.any():
-        asked = _evaluate_mask(mask.mask_fn, mask_b, mask_h, seqlen_q, seqlen_k, mask.kinds.device)
+        asked = _evaluate_mask(
+            mask.mask_fn, mask_b, mask_h, seqlen_q, seqlen_k, mask.kinds.device
+        )
         keep = keep | (partial & asked)
     return keep.expand(batch, heads, seqlen_q, seqlen_k)
 
 
 def _evaluate_mask(
-    mask_fn: MaskFn, batch: int, heads: int, seqlen_q: int, seqlen_k: int, device
+    mask_fn: MaskFn,
+    batch: int,
+    heads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    device,
 ) -> Tensor:
     """`mask_fn` on the broadcasting index tensors, checked, as bool `(B, H, L, S)`."""
-    keep = _called("mask_fn", mask_fn, *_indices(batch, heads, seqlen_q, seqlen_k, device))
+    keep = _called(
+        "mask_fn", mask_fn, *_indices(batch, heads, seqlen_q, seqlen_k, device)
+    )
     scores = (batch, heads, seqlen_q, seqlen_k)
     if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
-        got = f"dtype {keep.dtype}" if isinstance(keep, Tensor) else type(keep).__name__
+        got = (
+            f"dtype {keep.dtype}"
+            if isinstance(keep, Tensor)
+            else type(keep).__name__
+        )
         raise TypeError(
             f"mask_fn must return a bool tensor (True = may attend), got {got}: compare the indices, "
             "e.g. q_idx >= kv_idx, and combine with & and |, not and/or"
@@ -257,7 +300,9 @@ def _called(name: str, fn: Callable, *args: Tensor) -> object:
         ) from error
 
 
-def _indices(batch: int, heads: int, seqlen_q: int, seqlen_k: int, device) -> tuple[Tensor, ...]:
+def _indices(
+    batch: int, heads: int, seqlen_q: int, seqlen_k: int, device
+) -> tuple[Tensor, ...]:
     """`b (B,1,1,1)`, `h (1,H,1,1)`, `q_idx (1,1,L,1)`, `kv_idx (1,1,1,S)`: int64 indices that broadcast."""
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
     h = torch.arange(heads, device=device).view(1, -1, 1, 1)

@@ -77,7 +77,9 @@ def _attention_weights(
         scale = 1 / math.sqrt(query.size(-1))
     attn_mask = mask.as_tensor(query.size(-2), key.size(-2), query.device)
 
-    scores = query @ key.transpose(-2, -1) * scale  # (..., L, E) @ (..., E, S) -> (..., L, S)
+    scores = (
+        query @ key.transpose(-2, -1) * scale
+    )  # (..., L, E) @ (..., E, S) -> (..., L, S)
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     elif attn_mask is not None:
@@ -86,9 +88,15 @@ def _attention_weights(
     # --8<-- [end:weights]
     if sinks is not None:
         # --8<-- [start:sinks]
-        sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (..., H, L, 1)
-        weights = safe_softmax(torch.cat([scores, sink], dim=-1))  # (..., H, L, S + 1)
-        weights = weights[..., :-1]  # the sink's share is dropped: each row sums to less than 1
+        sink = sinks.to(scores.dtype)[:, None, None].expand(
+            *scores.shape[:-1], 1
+        )  # (..., H, L, 1)
+        weights = safe_softmax(
+            torch.cat([scores, sink], dim=-1)
+        )  # (..., H, L, S + 1)
+        weights = weights[
+            ..., :-1
+        ]  # the sink's share is dropped: each row sums to less than 1
         # --8<-- [end:sinks]
     return weights.to(output_dtype)
 
@@ -145,8 +153,12 @@ def scaled_dot_product_attention(
             or a `dropout_p` outside [0, 1].
     """
     check_bool("is_causal", is_causal)
-    mask = parse_call(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p)
-    return _scaled_dot_product_attention(query, key, value, mask, dropout_p, scale, enable_gqa)
+    mask = parse_call(
+        query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p
+    )
+    return _scaled_dot_product_attention(
+        query, key, value, mask, dropout_p, scale, enable_gqa
+    )
 
 
 def _scaled_dot_product_attention(
@@ -196,13 +208,17 @@ def parse_call(
         TypeError, ValueError: as `check_attention_inputs` and `parse_mask`; `key_lengths` without 4-D query
             and key; `attn_mask` together with `is_causal` or `key_lengths`.
     """
-    scores = check_attention_inputs(query, key, value, scale, enable_gqa, dropout_p)  # (..., L, S)
+    scores = check_attention_inputs(
+        query, key, value, scale, enable_gqa, dropout_p
+    )  # (..., L, S)
     if key_lengths is not None and (query.dim() != 4 or key.dim() != 4):
         raise ValueError(
             f"key_lengths needs 4-D (B, H, N, E) query and key, got query {shape(query)}, "
             f"key {shape(key)}"
         )
-    mask = parse_mask(query, key, scores, attn_mask, is_causal, window, key_lengths)
+    mask = parse_mask(
+        query, key, scores, attn_mask, is_causal, window, key_lengths
+    )
     if attn_mask is not None and mask.alignment is not None:
         raise ValueError("pass either attn_mask or is_causal=True, not both")
     if attn_mask is not None and mask.key_lengths is not None:

@@ -26,7 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv._checks import check_bool, check_number, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_bool,
+    check_number,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 from qkv.cache import KVCache
 from qkv.dispatch import _attention
 from qkv.masks import Mask
@@ -40,7 +46,11 @@ Norm = Literal["rms", "layer"]
 MLPKind = Literal["swiglu", "gelu"]
 Positions = Literal["rope", "learned", "alibi"]
 NormPosition = Literal["pre", "post"]
-NORMS, MLPS, POSITIONS = ("rms", "layer"), ("swiglu", "gelu"), ("rope", "learned", "alibi", None)
+NORMS, MLPS, POSITIONS = (
+    ("rms", "layer"),
+    ("swiglu", "gelu"),
+    ("rope", "learned", "alibi", None),
+)
 NORM_POSITIONS = ("pre", "post")
 
 
@@ -111,9 +121,21 @@ class GPTConfig:
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        sizes = ("vocab_size", "width", "layers", "heads", "kv_heads", "mlp_width", "context")
+        sizes = (
+            "vocab_size",
+            "width",
+            "layers",
+            "heads",
+            "kv_heads",
+            "mlp_width",
+            "context",
+        )
         check_sizes(
-            **{name: getattr(self, name) for name in sizes if getattr(self, name) is not None}
+            **{
+                name: getattr(self, name)
+                for name in sizes
+                if getattr(self, name) is not None
+            }
         )
         for name, choices in (
             ("norm", NORMS),
@@ -122,14 +144,20 @@ class GPTConfig:
             ("positions", POSITIONS),
         ):
             if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be one of {choices}, got {getattr(self, name)!r}"
+                )
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.mlp_width is None:
-            default = 4 * self.width if self.mlp == "gelu" else 8 * self.width // 3
+            default = (
+                4 * self.width if self.mlp == "gelu" else 8 * self.width // 3
+            )
             object.__setattr__(self, "mlp_width", default)
         if self.width % self.heads:
-            raise ValueError(f"heads ({self.heads}) must divide width ({self.width})")
+            raise ValueError(
+                f"heads ({self.heads}) must divide width ({self.width})"
+            )
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"kv_heads ({self.kv_heads}) must divide heads ({self.heads}): each key-value head serves "
@@ -145,7 +173,9 @@ class GPTConfig:
                 raise ValueError(
                     f"rope_scaling needs positions='rope', got positions={self.positions!r}"
                 )
-            rope_frequencies(self.head_dim, base=self.rope_base, scaling=self.rope_scaling)
+            rope_frequencies(
+                self.head_dim, base=self.rope_base, scaling=self.rope_scaling
+            )
         check_number("norm_eps", self.norm_eps, above=0.0)
         if self.softcap is not None:
             check_number("softcap", self.softcap, above=0.0)
@@ -172,22 +202,42 @@ class Attention(nn.Module):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = config.heads, config.kv_heads, config.head_dim
+        self.heads, self.kv_heads, self.head_dim = (
+            config.heads,
+            config.kv_heads,
+            config.head_dim,
+        )
         bias = config.bias
-        self.q_proj = nn.Linear(config.width, config.heads * config.head_dim, bias=bias)
-        self.k_proj = nn.Linear(config.width, config.kv_heads * config.head_dim, bias=bias)
-        self.v_proj = nn.Linear(config.width, config.kv_heads * config.head_dim, bias=bias)
-        self.out_proj = nn.Linear(config.heads * config.head_dim, config.width, bias=bias)
+        self.q_proj = nn.Linear(
+            config.width, config.heads * config.head_dim, bias=bias
+        )
+        self.k_proj = nn.Linear(
+            config.width, config.kv_heads * config.head_dim, bias=bias
+        )
+        self.v_proj = nn.Linear(
+            config.width, config.kv_heads * config.head_dim, bias=bias
+        )
+        self.out_proj = nn.Linear(
+            config.heads * config.head_dim, config.width, bias=bias
+        )
         self.q_norm = _norm(config, config.head_dim) if config.qk_norm else None
         self.k_norm = _norm(config, config.head_dim) if config.qk_norm else None
-        self.rope_base = config.rope_base if config.positions == "rope" else None
+        self.rope_base = (
+            config.rope_base if config.positions == "rope" else None
+        )
         self.rope_scaling = config.rope_scaling
         self.softcap = config.softcap
-        self.sinks = nn.Parameter(torch.zeros(config.heads)) if config.sinks else None  # (H,)
+        self.sinks = (
+            nn.Parameter(torch.zeros(config.heads)) if config.sinks else None
+        )  # (H,)
 
     # --8<-- [start:attention]
     def forward(
-        self, x: Tensor, positions: Tensor, mask: Mask, cache: KVCache | None = None
+        self,
+        x: Tensor,
+        positions: Tensor,
+        mask: Mask,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """`x (B, L, E)` at `positions (L,)` -> `(B, L, E)`; the cache, if any,
         grows by L tokens."""
@@ -197,26 +247,45 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_base is not None:
-            q = apply_rope(q, positions, base=self.rope_base, scaling=self.rope_scaling)
-            k = apply_rope(k, positions, base=self.rope_base, scaling=self.rope_scaling)
+            q = apply_rope(
+                q, positions, base=self.rope_base, scaling=self.rope_scaling
+            )
+            k = apply_rope(
+                k, positions, base=self.rope_base, scaling=self.rope_scaling
+            )
         if cache is not None:
-            k, v = cache.update(k, v)  # cached tokens first: (B, Hkv, S, D), S = past + L
+            k, v = cache.update(
+                k, v
+            )  # cached tokens first: (B, Hkv, S, D), S = past + L
         if self.softcap is None:
-            heads = _attention(q, k, v, mask, enable_gqa=True, sinks=self.sinks)  # (B, H, L, D)
+            heads = _attention(
+                q, k, v, mask, enable_gqa=True, sinks=self.sinks
+            )  # (B, H, L, D)
         else:
-            heads = softcapped_attention(q, k, v, mask, self.softcap, self.sinks)  # (B, H, L, D)
-        return self.out_proj(heads.transpose(1, 2).flatten(2))  # (B, H, L, D) -> (B, L, E)
+            heads = softcapped_attention(
+                q, k, v, mask, self.softcap, self.sinks
+            )  # (B, H, L, D)
+        return self.out_proj(
+            heads.transpose(1, 2).flatten(2)
+        )  # (B, H, L, D) -> (B, L, E)
 
     # --8<-- [end:attention]
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """`(B, L, heads * D) -> (B, heads, L, D)`, for the query heads or the key-value heads."""
-        x = x.unflatten(-1, (-1, self.head_dim))  # (B, L, heads * D) -> (B, L, heads, D)
+        x = x.unflatten(
+            -1, (-1, self.head_dim)
+        )  # (B, L, heads * D) -> (B, L, heads, D)
         return x.transpose(1, 2)  # (B, L, heads, D) -> (B, heads, L, D)
 
 
 def softcapped_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Mask, softcap: float, sinks: Tensor | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask,
+    softcap: float,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention whose scaled scores are soft-capped, `softcap * tanh(scores / softcap)`, before the mask.
 
@@ -246,9 +315,15 @@ def softcapped_attention(
     else:
         scores = scores + keep.to(scores.dtype)
     if sinks is None:
-        return torch.softmax(scores, dim=-1) @ v  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
-    sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (B, H, L, 1)
-    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)  # (B, H, L, S + 1)
+        return (
+            torch.softmax(scores, dim=-1) @ v
+        )  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
+    sink = sinks.to(scores.dtype)[:, None, None].expand(
+        *scores.shape[:-1], 1
+    )  # (B, H, L, 1)
+    weights = torch.softmax(
+        torch.cat([scores, sink], dim=-1), dim=-1
+    )  # (B, H, L, S + 1)
     weights = weights[..., :-1]  # the sink's share is dropped
     return weights @ v  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
 
@@ -284,7 +359,11 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: Tensor, positions: Tensor, mask: Mask, cache: KVCache | None = None
+        self,
+        x: Tensor,
+        positions: Tensor,
+        mask: Mask,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """`(B, L, E) -> (B, L, E)`."""
         if self.pre_norm:
@@ -309,11 +388,15 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a qkv.gpt.GPTConfig, got {type(config).__name__}")
+            raise TypeError(
+                f"config must be a qkv.gpt.GPTConfig, got {type(config).__name__}"
+            )
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.width)
         learned = config.positions == "learned"
-        self.position_embed = nn.Embedding(config.context, config.width) if learned else None
+        self.position_embed = (
+            nn.Embedding(config.context, config.width) if learned else None
+        )
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
         pre_norm = config.norm_position == "pre"
         self.norm = _norm(config, config.width) if pre_norm else nn.Identity()
@@ -331,7 +414,9 @@ class GPT(nn.Module):
         return [KVCache() for _ in self.blocks]
 
     # --8<-- [start:forward]
-    def forward(self, ids: Tensor, cache: Sequence[KVCache] | None = None) -> Tensor:
+    def forward(
+        self, ids: Tensor, cache: Sequence[KVCache] | None = None
+    ) -> Tensor:
         """The logits of the token after each of `ids`.
 
         Args:
@@ -359,7 +444,10 @@ class GPT(nn.Module):
         x = self.embed(ids)  # (B, L) -> (B, L, E)
         if self.position_embed is not None:
             x = x + self.position_embed(positions)  # (L, E) broadcast over B
-        mask = Mask(alignment="bottom_right", dense=self._alibi(length, past + length, x.dtype))
+        mask = Mask(
+            alignment="bottom_right",
+            dense=self._alibi(length, past + length, x.dtype),
+        )
         caches = [None] * len(self.blocks) if cache is None else cache
         for block, block_cache in zip(self.blocks, caches, strict=True):
             x = block(x, positions, mask, block_cache)
@@ -367,31 +455,47 @@ class GPT(nn.Module):
 
     # --8<-- [end:forward]
 
-    def _alibi(self, length: int, keys: int, dtype: torch.dtype) -> Tensor | None:
+    def _alibi(
+        self, length: int, keys: int, dtype: torch.dtype
+    ) -> Tensor | None:
         """ALiBi's `(H, L, S)` bias for L queries after `S - L` cached tokens, or None without ALiBi."""
         if self.config.positions != "alibi":
             return None
         heads, device = self.config.heads, self.embed.weight.device
         # bottom-right: the L queries are the last L of the S positions, as for the causal mask
-        bias = alibi_bias(heads, length, keys, device, alignment="bottom_right")  # (H, L, S)
+        bias = alibi_bias(
+            heads, length, keys, device, alignment="bottom_right"
+        )  # (H, L, S)
         return bias.to(dtype)
 
     def _check(self, ids: object, cache: object) -> int:
         """Raise unless `ids (B, L)` and `cache` fit the model; return the number of cached tokens."""
         if not isinstance(ids, Tensor):
-            raise TypeError(f"ids must be a torch.Tensor, got {type(ids).__name__}")
-        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise TypeError(f"ids must be an integer tensor, got dtype {ids.dtype}")
+            raise TypeError(
+                f"ids must be a torch.Tensor, got {type(ids).__name__}"
+            )
+        if (
+            ids.is_floating_point()
+            or ids.is_complex()
+            or ids.dtype == torch.bool
+        ):
+            raise TypeError(
+                f"ids must be an integer tensor, got dtype {ids.dtype}"
+            )
         if ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(
                 f"ids must be int64 or int32 (the embedding's index dtypes), got dtype {ids.dtype}: "
                 "convert them with ids.long()"
             )
         if ids.dim() != 2 or ids.numel() == 0:
-            raise ValueError(f"ids must be (B, L) with B, L >= 1, got shape {shape(ids)}")
+            raise ValueError(
+                f"ids must be (B, L) with B, L >= 1, got shape {shape(ids)}"
+            )
         device = self.embed.weight.device
         if ids.device != device:
-            raise ValueError(f"ids is on {ids.device} but the model is on {device}")
+            raise ValueError(
+                f"ids is on {ids.device} but the model is on {device}"
+            )
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(
@@ -411,19 +515,27 @@ def _cached_tokens(cache: object, layers: int, batch: int) -> int:
     """Raise unless `cache` is None or one `KVCache` per block, all of one length and batch; that length."""
     if cache is None:
         return 0
-    if not isinstance(cache, Sequence) or not all(isinstance(c, KVCache) for c in cache):
+    if not isinstance(cache, Sequence) or not all(
+        isinstance(c, KVCache) for c in cache
+    ):
         raise TypeError(
             "cache must be a list of qkv.KVCache, one per block (model.new_cache()), "
             f"got {type(cache).__name__}"
         )
     if len(cache) != layers:
-        raise ValueError(f"cache must hold one KVCache per block ({layers}), got {len(cache)}")
+        raise ValueError(
+            f"cache must hold one KVCache per block ({layers}), got {len(cache)}"
+        )
     lengths = {len(c) for c in cache}
     if len(lengths) > 1:
-        raise ValueError(f"the cache's layers disagree on how many tokens they hold: {lengths}")
+        raise ValueError(
+            f"the cache's layers disagree on how many tokens they hold: {lengths}"
+        )
     held = cache[0].key  # (B, Hkv, T, D), None while empty
     if held is not None and held.size(0) != batch:
-        raise ValueError(f"cache holds a batch of {held.size(0)}, but ids have {batch} rows")
+        raise ValueError(
+            f"cache holds a batch of {held.size(0)}, but ids have {batch} rows"
+        )
     return lengths.pop()
 
 
@@ -473,17 +585,29 @@ def next_token_probabilities(
     # in float32 at least, and shifted to at most 0: dividing by a tiny
     # temperature cannot overflow
     dtype = torch.promote_types(logits.dtype, torch.float32)
-    shifted = logits.to(dtype) - logits.amax(-1, keepdim=True).to(dtype)  # (..., V)
+    shifted = logits.to(dtype) - logits.amax(-1, keepdim=True).to(
+        dtype
+    )  # (..., V)
     probs = torch.softmax(shifted / temperature, dim=-1)  # (..., V)
     if top_k is not None:
-        kth = probs.topk(min(top_k, probs.size(-1)), dim=-1).values[..., -1:]  # (..., 1)
+        kth = probs.topk(min(top_k, probs.size(-1)), dim=-1).values[
+            ..., -1:
+        ]  # (..., 1)
         probs = _renormalised(probs, probs >= kth)
     if top_p is not None:
-        ordered, order = probs.sort(dim=-1, descending=True)  # (..., V), most probable first
-        before = ordered.cumsum(-1) - ordered  # the mass of the tokens more probable than each
-        probs = _renormalised(probs, (before < top_p).scatter(-1, order, before < top_p))
+        ordered, order = probs.sort(
+            dim=-1, descending=True
+        )  # (..., V), most probable first
+        before = (
+            ordered.cumsum(-1) - ordered
+        )  # the mass of the tokens more probable than each
+        probs = _renormalised(
+            probs, (before < top_p).scatter(-1, order, before < top_p)
+        )
     if min_p is not None:
-        probs = _renormalised(probs, probs >= min_p * probs.amax(-1, keepdim=True))
+        probs = _renormalised(
+            probs, probs >= min_p * probs.amax(-1, keepdim=True)
+        )
     return probs.to(logits.dtype)
 
 
@@ -538,17 +662,25 @@ def generate(
             `max_new_tokens` not a non-negative int or more than the context
             leaves; a sampling argument outside its range.
     """
-    _check_generate(model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed)
+    _check_generate(
+        model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed
+    )
     generator = torch.Generator(device=ids.device).manual_seed(seed)
     cache = model.new_cache()
     new = ids  # what the model reads next: the prompt, then each new token
     for _ in range(max_new_tokens):
-        logits = model(new, cache)[:, -1]  # (B, L, V) -> (B, V), the next token's
+        logits = model(new, cache)[
+            :, -1
+        ]  # (B, L, V) -> (B, V), the next token's
         if temperature == 0:
             new = logits.argmax(-1, keepdim=True)  # (B, 1)
         else:
             probs = next_token_probabilities(
-                logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
+                logits,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                min_p=min_p,
             )
             new = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
         ids = torch.cat([ids, new], dim=1)  # (B, L + 1)
@@ -570,7 +702,9 @@ def _check_generate(
 ) -> None:
     """Raise unless a call of `generate` is well formed, before any token is computed."""
     if not isinstance(model, GPT):
-        raise TypeError(f"model must be a qkv.gpt.GPT, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a qkv.gpt.GPT, got {type(model).__name__}"
+        )
     model._check(ids, None)
     check_sizes(0, max_new_tokens=max_new_tokens, seed=seed)
     _check_sampling(temperature, top_k, top_p, min_p, greedy_allowed=True)
@@ -586,9 +720,13 @@ def _check_logits(logits: object) -> None:
     """Raise unless `logits (..., V)` is floating point, without NaN or +inf, with a finite logit per row."""
     check_tensor("logits", logits)
     if logits.size(-1) == 0:
-        raise ValueError(f"logits must have a last dimension V of at least 1, got {shape(logits)}")
+        raise ValueError(
+            f"logits must have a last dimension V of at least 1, got {shape(logits)}"
+        )
     if logits.isnan().any() or logits.isposinf().any():
-        raise ValueError(f"logits must hold no NaN or +inf, got some in logits {shape(logits)}")
+        raise ValueError(
+            f"logits must hold no NaN or +inf, got some in logits {shape(logits)}"
+        )
     if (logits.amax(-1) == -math.inf).any():
         raise ValueError(
             f"each row of logits needs a finite logit (all -inf rules out every token): logits "
@@ -597,7 +735,11 @@ def _check_logits(logits: object) -> None:
 
 
 def _check_sampling(
-    temperature: object, top_k: object, top_p: object, min_p: object, greedy_allowed: bool
+    temperature: object,
+    top_k: object,
+    top_p: object,
+    min_p: object,
+    greedy_allowed: bool,
 ) -> None:
     """Raise unless the sampling arguments are in range (temperature 0 only where greedy is possible)."""
     check_number("temperature", temperature, above=-math.inf)
@@ -668,7 +810,9 @@ def to_transformers(model: GPT) -> LlamaForCausalLM:
         ValueError: its config is not Llama's shape (the message names the option).
     """
     if not isinstance(model, GPT):
-        raise TypeError(f"model must be a qkv.gpt.GPT, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a qkv.gpt.GPT, got {type(model).__name__}"
+        )
     config = model.config
     for option, needed in LLAMA_SHAPE.items():
         if getattr(config, option) != needed:
@@ -694,10 +838,14 @@ def to_transformers(model: GPT) -> LlamaForCausalLM:
             )
     llama_config, llama = _llama_classes()
     hf_config = llama_config(
-        **{theirs: getattr(config, ours) for ours, theirs in LLAMA_CONFIG.items()},
+        **{
+            theirs: getattr(config, ours)
+            for ours, theirs in LLAMA_CONFIG.items()
+        },
         head_dim=config.head_dim,
         hidden_act="silu",
-        rope_parameters={"rope_type": "default", "rope_theta": config.rope_base} | scaling,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_base}
+        | scaling,
         attention_bias=False,
         mlp_bias=False,
         bos_token_id=None,
@@ -733,7 +881,9 @@ def from_transformers(hf_model: LlamaForCausalLM) -> GPT:
         "hidden_act": (hf.hidden_act, "silu"),
         "rope_parameters['rope_type']": (
             rope["rope_type"],
-            rope["rope_type"] if rope["rope_type"] in RULES else "one of " + ", ".join(RULES),
+            rope["rope_type"]
+            if rope["rope_type"] in RULES
+            else "one of " + ", ".join(RULES),
         ),
         "head_dim": (hf.head_dim, hf.hidden_size // hf.num_attention_heads),
     }
@@ -762,7 +912,9 @@ def _rope_scaling(rope: dict, max_positions: int) -> dict | None:
     """
     if rope["rope_type"] == "default":
         return None
-    scaling = {name: value for name, value in rope.items() if name != "rope_theta"}
+    scaling = {
+        name: value for name, value in rope.items() if name != "rope_theta"
+    }
     if rope["rope_type"] == "dynamic":
         scaling.setdefault("original_max_position_embeddings", max_positions)
     required, optional = RULES[rope["rope_type"]]
@@ -776,7 +928,9 @@ def _rope_scaling(rope: dict, max_positions: int) -> dict | None:
 
 
 def _llama_shape() -> str:
-    return ", ".join(f"{option}={needed!r}" for option, needed in LLAMA_SHAPE.items())
+    return ", ".join(
+        f"{option}={needed!r}" for option, needed in LLAMA_SHAPE.items()
+    )
 
 
 def _llama_classes() -> tuple[type, type]:
@@ -813,4 +967,6 @@ def _llama_name(name: str) -> str:
     index = re.search(r"\.(\d+)\.", name)
     if index is None:
         return LLAMA_NAMES[name]
-    return LLAMA_NAMES[name.replace(index.group(0), ".{}.", 1)].format(index.group(1))
+    return LLAMA_NAMES[name.replace(index.group(0), ".{}.", 1)].format(
+        index.group(1)
+    )

@@ -62,7 +62,10 @@ class Mask:
     dense: Tensor | None = None
 
     def as_tensor(
-        self, seqlen_q: int, seqlen_k: int, device: torch.device | str | None = None
+        self,
+        seqlen_q: int,
+        seqlen_k: int,
+        device: torch.device | str | None = None,
     ) -> Tensor | None:
         """Every part as one mask for the formula and for torch's function; None if nothing is masked.
 
@@ -74,10 +77,14 @@ class Mask:
         parts, aligned = [], self.alignment
         if self.window is not None:
             parts.append(
-                sliding_window_mask(seqlen_q, self.window, seqlen_k, device, alignment=aligned)
+                sliding_window_mask(
+                    seqlen_q, self.window, seqlen_k, device, alignment=aligned
+                )
             )
         elif aligned is not None:
-            parts.append(causal_mask(seqlen_q, seqlen_k, device, alignment=aligned))  # (L, S)
+            parts.append(
+                causal_mask(seqlen_q, seqlen_k, device, alignment=aligned)
+            )  # (L, S)
         if self.key_lengths is not None:
             lengths = self.key_lengths.clamp(0, seqlen_k)
             parts.append(padding_mask(lengths, seqlen_k))  # (B, 1, 1, S)
@@ -133,15 +140,23 @@ def parse_mask(
         check_broadcast(mask_name, attn_mask, scores)
     dense = attn_mask
     if key_padding_mask is not None:
-        check_key_mask("key_padding_mask", key_padding_mask, query, key, "True = ignore")
-        keep = ~key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask
+        check_key_mask(
+            "key_padding_mask", key_padding_mask, query, key, "True = ignore"
+        )
+        keep = (
+            ~key_padding_mask
+            if key_padding_mask.dtype == torch.bool
+            else key_padding_mask
+        )
         lengths = _kept_prefix(keep, scores) if key_lengths is None else None
         if lengths is not None:
             key_lengths = lengths
         else:
             padding = keep[..., None, None, :]  # (B, S) -> (B, 1, 1, S)
             dense = padding if dense is None else _both(dense, padding)
-    return Mask(alignment=aligned, window=window, key_lengths=key_lengths, dense=dense)
+    return Mask(
+        alignment=aligned, window=window, key_lengths=key_lengths, dense=dense
+    )
 
 
 def _alignment(is_causal: object, name: str) -> Alignment | None:
@@ -153,16 +168,22 @@ def _alignment(is_causal: object, name: str) -> Alignment | None:
             f"{name} must be a bool or one of {ALIGNMENTS}, got {type(is_causal).__name__}"
         )
     if is_causal not in ALIGNMENTS:
-        raise ValueError(f"{name} must be False, True or one of {ALIGNMENTS}, got {is_causal!r}")
+        raise ValueError(
+            f"{name} must be False, True or one of {ALIGNMENTS}, got {is_causal!r}"
+        )
     return is_causal
 
 
-def _check_window(window: object, aligned: Alignment | None, causal_name: str) -> None:
+def _check_window(
+    window: object, aligned: Alignment | None, causal_name: str
+) -> None:
     """Raise unless `window` is None, or an int of at least 1 with a causal alignment."""
     if window is None:
         return
     if isinstance(window, bool) or not isinstance(window, int):
-        raise TypeError(f"window must be an int or None, got {type(window).__name__}")
+        raise TypeError(
+            f"window must be an int or None, got {type(window).__name__}"
+        )
     if window < 1:
         raise ValueError(f"window must be at least 1, got {window}")
     if aligned is None:
@@ -172,22 +193,30 @@ def _check_window(window: object, aligned: Alignment | None, causal_name: str) -
         )
 
 
-def _check_key_lengths(key_lengths: object, batch: int, device: torch.device) -> None:
+def _check_key_lengths(
+    key_lengths: object, batch: int, device: torch.device
+) -> None:
     """Raise unless `key_lengths` is an integer tensor `(B,)` on `device`."""
     if not isinstance(key_lengths, Tensor):
-        raise TypeError(f"key_lengths must be a tensor or None, got {type(key_lengths).__name__}")
+        raise TypeError(
+            f"key_lengths must be a tensor or None, got {type(key_lengths).__name__}"
+        )
     if (
         key_lengths.is_floating_point()
         or key_lengths.is_complex()
         or key_lengths.dtype == torch.bool
     ):
-        raise TypeError(f"key_lengths must be an integer tensor, got dtype {key_lengths.dtype}")
+        raise TypeError(
+            f"key_lengths must be an integer tensor, got dtype {key_lengths.dtype}"
+        )
     if key_lengths.shape != (batch,):
         raise ValueError(
             f"key_lengths must be (B,) = ({batch},), one length per batch, got {shape(key_lengths)}"
         )
     if key_lengths.device != device:
-        raise ValueError(f"key_lengths is on {key_lengths.device} but the queries are on {device}")
+        raise ValueError(
+            f"key_lengths is on {key_lengths.device} but the queries are on {device}"
+        )
 
 
 def _kept_prefix(keep: Tensor, scores: tuple[int, ...]) -> Tensor | None:
@@ -197,9 +226,13 @@ def _kept_prefix(keep: Tensor, scores: tuple[int, ...]) -> Tensor | None:
     """
     if keep.dtype != torch.bool or len(scores) != 4:
         return None
-    keep = keep.expand(scores[0], scores[-1])  # (B, S), a dimension of size 1 broadcast
+    keep = keep.expand(
+        scores[0], scores[-1]
+    )  # (B, S), a dimension of size 1 broadcast
     lengths = keep.sum(-1)  # (B, S) -> (B,)
-    prefix = torch.arange(keep.size(-1), device=keep.device) < lengths[:, None]  # (B, S)
+    prefix = (
+        torch.arange(keep.size(-1), device=keep.device) < lengths[:, None]
+    )  # (B, S)
     return lengths if torch.equal(prefix, keep) else None
 
 
@@ -273,7 +306,9 @@ def sliding_window_mask(
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
     check_sizes(window=window)
-    last = torch.arange(q_len, device=device)[:, None] + _offset(q_len, k_len, alignment)  # (L, 1)
+    last = torch.arange(q_len, device=device)[:, None] + _offset(
+        q_len, k_len, alignment
+    )  # (L, 1)
     j = torch.arange(k_len, device=device)[None, :]  # (1, S)
     return (j <= last) & (j > last - window)  # (L, S)
 
@@ -281,7 +316,9 @@ def sliding_window_mask(
 def _offset(q_len: int, k_len: int, alignment: object) -> int:
     """How far right of the diagonal the last key a query may see lies: 0 top-left, `S - L` bottom-right."""
     if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+        raise ValueError(
+            f"alignment must be one of {ALIGNMENTS}, got {alignment!r}"
+        )
     return 0 if alignment == "top_left" else k_len - q_len
 
 
@@ -308,16 +345,24 @@ def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
             f"lengths must be an integer tensor, got {getattr(lengths, 'dtype', type(lengths))}"
         )
     if lengths.dim() != 1:
-        raise ValueError(f"lengths must be 1-D (B,), got shape {shape(lengths)}")
+        raise ValueError(
+            f"lengths must be 1-D (B,), got shape {shape(lengths)}"
+        )
     longest = int(lengths.max()) if lengths.numel() else 0
     max_len = longest if max_len is None else max_len
     check_sizes(0, max_len=max_len)
     if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
+        raise ValueError(
+            f"lengths must be non-negative, got {lengths.tolist()}"
+        )
     if longest > max_len:
-        raise ValueError(f"max_len {max_len} is shorter than the longest sequence ({longest})")
+        raise ValueError(
+            f"max_len {max_len} is shorter than the longest sequence ({longest})"
+        )
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
-    return (positions < lengths[:, None])[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+    return (positions < lengths[:, None])[
+        :, None, None, :
+    ]  # (B, S) -> (B, 1, 1, S)
 
 
 def document_mask(
@@ -374,12 +419,21 @@ def document_mask(
             "cu_seqlens_q and cu_seqlens_k disagree on the number of sequences N: "
             f"cu_seqlens_q {shape(cu_seqlens_q)} vs cu_seqlens_k {shape(cu_seqlens_k)}"
         )
-    within = Mask(alignment=aligned, window=window)  # one sequence's mask, as the kernels read it
-    mask = torch.zeros(sum(lengths_q), sum(lengths_k), dtype=torch.bool, device=device)
+    within = Mask(
+        alignment=aligned, window=window
+    )  # one sequence's mask, as the kernels read it
+    mask = torch.zeros(
+        sum(lengths_q), sum(lengths_k), dtype=torch.bool, device=device
+    )
     first_q = first_k = 0
     for seqlen_q, seqlen_k in zip(lengths_q, lengths_k, strict=True):
-        block = within.as_tensor(seqlen_q, seqlen_k, device)  # (L_b, S_b), None: keeps every pair
-        rows, cols = slice(first_q, first_q + seqlen_q), slice(first_k, first_k + seqlen_k)
+        block = within.as_tensor(
+            seqlen_q, seqlen_k, device
+        )  # (L_b, S_b), None: keeps every pair
+        rows, cols = (
+            slice(first_q, first_q + seqlen_q),
+            slice(first_k, first_k + seqlen_k),
+        )
         mask[rows, cols] = True if block is None else block
         first_q, first_k = first_q + seqlen_q, first_k + seqlen_k
     return mask
@@ -415,7 +469,9 @@ def keep_to_key_padding(mask: Tensor) -> Tensor:
     return ~mask.reshape(mask.size(0), mask.size(-1))  # (B, 1, 1, S) -> (B, S)
 
 
-def keep_to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+def keep_to_additive(
+    mask: Tensor, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """Turn a keep mask into an additive one: 0 where attending is allowed, `-inf` where it is not.
 
     Args:
@@ -430,7 +486,9 @@ def keep_to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor
     """
     _check_bool("mask", mask)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype}")
+        raise TypeError(
+            f"dtype must be a floating-point torch.dtype, got {dtype}"
+        )
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
         ~mask, float("-inf")
     )
@@ -452,9 +510,13 @@ def additive_to_keep(mask: Tensor) -> Tensor:
     return mask > float("-inf")
 
 
-def _check_bool(name: str, mask: object, dims: tuple[int, ...] | None = None) -> None:
+def _check_bool(
+    name: str, mask: object, dims: tuple[int, ...] | None = None
+) -> None:
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"{name} must be a bool tensor, got {getattr(mask, 'dtype', type(mask))}")
+        raise TypeError(
+            f"{name} must be a bool tensor, got {getattr(mask, 'dtype', type(mask))}"
+        )
     if dims is not None and mask.dim() not in dims:
         wanted = " or ".join(f"{d}-D" for d in dims)
         raise ValueError(f"{name} must be {wanted}, got shape {shape(mask)}")

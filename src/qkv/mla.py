@@ -48,12 +48,16 @@ class LatentCache:
         """T, the tokens cached so far."""
         return 0 if self.latents is None else self.latents.size(1)
 
-    def update(self, latents: Tensor, rope_keys: Tensor) -> tuple[Tensor, Tensor]:
+    def update(
+        self, latents: Tensor, rope_keys: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """Append new tokens' latents and rotated keys; return those of every token so far."""
         if self.latents is None:
             self.latents, self.rope_keys = latents, rope_keys
         else:
-            self.latents = torch.cat([self.latents, latents], dim=1)  # (B, T + T_new, latent_dim)
+            self.latents = torch.cat(
+                [self.latents, latents], dim=1
+            )  # (B, T + T_new, latent_dim)
             self.rope_keys = torch.cat(
                 [self.rope_keys, rope_keys], dim=1
             )  # (B, T + T_new, rope_dim)
@@ -86,7 +90,11 @@ class MultiHeadLatentAttention(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(
-            width=width, heads=heads, head_dim=head_dim, rope_dim=rope_dim, latent_dim=latent_dim
+            width=width,
+            heads=heads,
+            head_dim=head_dim,
+            rope_dim=rope_dim,
+            latent_dim=latent_dim,
         )
         if rope_dim % 2:
             raise ValueError(
@@ -99,11 +107,19 @@ class MultiHeadLatentAttention(nn.Module):
             rope_dim,
             rope_base,
         )
-        self.query = nn.Linear(width, heads * (head_dim + rope_dim), bias=False)  # q_h and qr_h
+        self.query = nn.Linear(
+            width, heads * (head_dim + rope_dim), bias=False
+        )  # q_h and qr_h
         self.down = nn.Linear(width, latent_dim, bias=False)  # W_dkv: x -> c
-        self.rope_key = nn.Linear(width, rope_dim, bias=False)  # x -> kr, shared by the heads
-        self.up_key = nn.Linear(latent_dim, heads * head_dim, bias=False)  # W_uk: c -> k_h
-        self.up_value = nn.Linear(latent_dim, heads * head_dim, bias=False)  # W_uv: c -> v_h
+        self.rope_key = nn.Linear(
+            width, rope_dim, bias=False
+        )  # x -> kr, shared by the heads
+        self.up_key = nn.Linear(
+            latent_dim, heads * head_dim, bias=False
+        )  # W_uk: c -> k_h
+        self.up_value = nn.Linear(
+            latent_dim, heads * head_dim, bias=False
+        )  # W_uv: c -> v_h
         self.out = nn.Linear(heads * head_dim, width, bias=False)
 
     @property
@@ -112,7 +128,11 @@ class MultiHeadLatentAttention(nn.Module):
         return self.down.out_features + self.rope_dim
 
     def forward(
-        self, x: Tensor, cache: LatentCache | None = None, *, absorbed: bool = False
+        self,
+        x: Tensor,
+        cache: LatentCache | None = None,
+        *,
+        absorbed: bool = False,
     ) -> Tensor:
         """Attend each of the `T_new` tokens of `x (B, T_new, E)` to itself and every earlier token.
 
@@ -134,18 +154,32 @@ class MultiHeadLatentAttention(nn.Module):
         length = x.size(1)
         past = 0 if cache is None else len(cache)
         positions = torch.arange(past, past + length, device=x.device)
-        queries = self.query(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, H, L, D + Dr)
-        q_content, q_rope = queries.split([self.head_dim, self.rope_dim], dim=-1)
-        q_rope = apply_rope(q_rope, positions, base=self.rope_base)  # (B, H, L, Dr)
+        queries = (
+            self.query(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        )  # (B, H, L, D + Dr)
+        q_content, q_rope = queries.split(
+            [self.head_dim, self.rope_dim], dim=-1
+        )
+        q_rope = apply_rope(
+            q_rope, positions, base=self.rope_base
+        )  # (B, H, L, Dr)
         latents = self.down(x)  # (B, L, C)
-        rope_keys = apply_rope(self.rope_key(x), positions, base=self.rope_base)  # (B, L, Dr)
+        rope_keys = apply_rope(
+            self.rope_key(x), positions, base=self.rope_base
+        )  # (B, L, Dr)
         if cache is not None:
-            latents, rope_keys = cache.update(latents, rope_keys)  # (B, S, C), (B, S, Dr)
+            latents, rope_keys = cache.update(
+                latents, rope_keys
+            )  # (B, S, C), (B, S, Dr)
         scale = 1 / math.sqrt(self.head_dim + self.rope_dim)
         if absorbed:
-            heads_out = self._absorbed(q_content, q_rope, latents, rope_keys, scale)
+            heads_out = self._absorbed(
+                q_content, q_rope, latents, rope_keys, scale
+            )
         else:
-            heads_out = self._plain(q_content, q_rope, latents, rope_keys, scale)
+            heads_out = self._plain(
+                q_content, q_rope, latents, rope_keys, scale
+            )
         return self.out(
             heads_out.transpose(1, 2).flatten(2)
         )  # (B, H, L, D) -> (B, L, H D) -> (B, L, E)
@@ -168,32 +202,63 @@ class MultiHeadLatentAttention(nn.Module):
         if cache.latents is None:
             return
         ours = (x.size(0), self.down.out_features, self.rope_dim)  # (B, C, Dr)
-        held = (cache.latents.size(0), cache.latents.size(-1), cache.rope_keys.size(-1))
+        held = (
+            cache.latents.size(0),
+            cache.latents.size(-1),
+            cache.rope_keys.size(-1),
+        )
         if held != ours:
             raise ValueError(
                 f"cache holds latents {shape(cache.latents)} (B, T, C) and rotated keys "
                 f"{shape(cache.rope_keys)} (B, T, Dr), but this call's are ({ours[0]}, ., {ours[1]}) "
                 f"and ({ours[0]}, ., {ours[2]})"
             )
-        check_same_dtype_and_device(**{"cache's latents": cache.latents, "x": x})
+        check_same_dtype_and_device(
+            **{"cache's latents": cache.latents, "x": x}
+        )
 
     def _plain(self, q_content, q_rope, latents, rope_keys, scale) -> Tensor:
         """Keys and values made from the latents, then attention: `(B, H, L, D)`."""
-        keys = self.up_key(latents).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # (B, H, S, D)
-        values = self.up_value(latents).unflatten(-1, (self.heads, -1)).transpose(1, 2)
-        shared = rope_keys[:, None].expand(-1, self.heads, -1, -1)  # (B, H, S, Dr)
+        keys = (
+            self.up_key(latents).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        )  # (B, H, S, D)
+        values = (
+            self.up_value(latents)
+            .unflatten(-1, (self.heads, -1))
+            .transpose(1, 2)
+        )
+        shared = rope_keys[:, None].expand(
+            -1, self.heads, -1, -1
+        )  # (B, H, S, Dr)
         query = torch.cat([q_content, q_rope], dim=-1)  # (B, H, L, D + Dr)
         key = torch.cat([keys, shared], dim=-1)  # (B, H, S, D + Dr)
-        return attention(query, key, values, is_causal="bottom_right", scale=scale)
+        return attention(
+            query, key, values, is_causal="bottom_right", scale=scale
+        )
 
     def _absorbed(self, q_content, q_rope, latents, rope_keys, scale) -> Tensor:
         """Queries moved into the latent space, attention over the latents, `W_uv` applied after: `(B, H, L, D)`."""
-        up_key = self.up_key.weight.view(self.heads, self.head_dim, -1)  # (H, D, C): W_uk[h]
-        up_value = self.up_value.weight.view(self.heads, self.head_dim, -1)  # (H, D, C): W_uv[h]
-        q_latent = q_content @ up_key  # (B, H, L, D) @ (H, D, C) -> (B, H, L, C): W_uk[h]^T q_h
+        up_key = self.up_key.weight.view(
+            self.heads, self.head_dim, -1
+        )  # (H, D, C): W_uk[h]
+        up_value = self.up_value.weight.view(
+            self.heads, self.head_dim, -1
+        )  # (H, D, C): W_uv[h]
+        q_latent = (
+            q_content @ up_key
+        )  # (B, H, L, D) @ (H, D, C) -> (B, H, L, C): W_uk[h]^T q_h
         query = torch.cat([q_latent, q_rope], dim=-1)  # (B, H, L, C + Dr)
-        key = torch.cat([latents, rope_keys], dim=-1)[:, None]  # (B, 1, S, C + Dr): one shared head
+        key = torch.cat([latents, rope_keys], dim=-1)[
+            :, None
+        ]  # (B, 1, S, C + Dr): one shared head
         averaged = attention(
-            query, key, latents[:, None], is_causal="bottom_right", scale=scale, enable_gqa=True
+            query,
+            key,
+            latents[:, None],
+            is_causal="bottom_right",
+            scale=scale,
+            enable_gqa=True,
         )  # (B, H, L, C): each head's weighted average of the latents
-        return averaged @ up_value.transpose(-2, -1)  # (B, H, L, C) @ (H, C, D) -> (B, H, L, D)
+        return averaged @ up_value.transpose(
+            -2, -1
+        )  # (B, H, L, C) @ (H, C, D) -> (B, H, L, D)

@@ -77,8 +77,12 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim if kdim is None else kdim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim if vdim is None else vdim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(
+            embed_dim if kdim is None else kdim, embed_dim, bias=bias
+        )
+        self.v_proj = nn.Linear(
+            embed_dim if vdim is None else vdim, embed_dim, bias=bias
+        )
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     # --8<-- [start:forward]
@@ -147,16 +151,28 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
 
         q = self._split_heads(self.q_proj(query))  # (B, L, E) -> (B, H, L, E/H)
-        k = self._split_heads(self.k_proj(key))  # (B, S, kdim) -> (B, H, S, E/H)
-        v = self._split_heads(self.v_proj(value))  # (B, S, vdim) -> (B, H, S, E/H)
-        if cache is not None:  # the cached keys and values come first: (B, H, S_cached + S, E/H)
+        k = self._split_heads(
+            self.k_proj(key)
+        )  # (B, S, kdim) -> (B, H, S, E/H)
+        v = self._split_heads(
+            self.v_proj(value)
+        )  # (B, S, vdim) -> (B, H, S, E/H)
+        if (
+            cache is not None
+        ):  # the cached keys and values come first: (B, H, S_cached + S, E/H)
             k, v = cache.update(k, v)
         if need_weights:
             weights = _attention_weights(q, k, mask)  # (B, H, L, S)
-            heads = nn.functional.dropout(weights, dropout_p) @ v  # (B, H, L, E/H)
+            heads = (
+                nn.functional.dropout(weights, dropout_p) @ v
+            )  # (B, H, L, E/H)
         else:
-            heads = _attention(q, k, v, mask, dropout_p, backend)  # (B, H, L, E/H)
-        output = self.out_proj(self._merge_heads(heads))  # (B, H, L, E/H) -> (B, L, E)
+            heads = _attention(
+                q, k, v, mask, dropout_p, backend
+            )  # (B, H, L, E/H)
+        output = self.out_proj(
+            self._merge_heads(heads)
+        )  # (B, H, L, E/H) -> (B, L, E)
         return (output, weights) if need_weights else output
 
     # --8<-- [end:forward]
@@ -165,12 +181,16 @@ class MultiHeadAttention(nn.Module):
     def _split_heads(self, x: Tensor) -> Tensor:
         """`(B, N, E) -> (B, H, N, E/H)`: each head gets its own slice of the
         features."""
-        x = x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, N, E) -> (B, N, H, E/H)
+        x = x.unflatten(
+            -1, (self.num_heads, self.head_dim)
+        )  # (B, N, E) -> (B, N, H, E/H)
         return x.transpose(-3, -2)  # (B, N, H, E/H) -> (B, H, N, E/H)
 
     def _merge_heads(self, x: Tensor) -> Tensor:
         """`(B, H, N, E/H) -> (B, N, E)`: the heads' outputs side by side."""
-        return x.transpose(-3, -2).flatten(-2)  # (B, H, N, E/H) -> (B, N, H, E/H) -> (B, N, E)
+        return x.transpose(-3, -2).flatten(
+            -2
+        )  # (B, H, N, E/H) -> (B, N, H, E/H) -> (B, N, E)
 
     # --8<-- [end:heads]
 
@@ -192,17 +212,33 @@ class MultiHeadAttention(nn.Module):
         With a cache, only `is_causal` and `window` may be given: they cover the cached and the new keys,
         aligned bottom-right (the last query sees every key).
         """
-        features = (self.q_proj.in_features, self.k_proj.in_features, self.v_proj.in_features)
-        check_batch_first(("query", "key", "value"), (query, key, value), features, unbatched=True)
+        features = (
+            self.q_proj.in_features,
+            self.k_proj.in_features,
+            self.v_proj.in_features,
+        )
+        check_batch_first(
+            ("query", "key", "value"),
+            (query, key, value),
+            features,
+            unbatched=True,
+        )
         check_module_input("query", query, self)
         check_bool("need_weights", need_weights)
         check_backend(backend)
         keys = key.size(-2)  # S
         if cache is not None:
-            self._check_cache(cache, query, key_padding_mask, attn_mask, is_causal)
+            self._check_cache(
+                cache, query, key_padding_mask, attn_mask, is_causal
+            )
             keys += len(cache)  # S: cached and new
             is_causal = "bottom_right" if is_causal is True else is_causal
-        scores = (*query.shape[:-2], self.num_heads, query.size(-2), keys)  # (B, H, L, S)
+        scores = (
+            *query.shape[:-2],
+            self.num_heads,
+            query.size(-2),
+            keys,
+        )  # (B, H, L, S)
         attn_mask, name = self._per_head(attn_mask, scores)
         return parse_mask(
             query, key, scores, attn_mask, is_causal, window,
@@ -219,7 +255,9 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         """Raise unless `cache` is a `KVCache` that this call's batched keys `(B, H, ., E/H)` can extend."""
         if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a qkv.KVCache or None, got {type(cache).__name__}")
+            raise TypeError(
+                f"cache must be a qkv.KVCache or None, got {type(cache).__name__}"
+            )
         if query.dim() != 3:
             raise ValueError(
                 f"a cache takes batched input only: query must be (B, L, E), got shape {shape(query)}"
@@ -235,13 +273,18 @@ class MultiHeadAttention(nn.Module):
             )
         held = cache.key  # (B, H, T, E/H), None while empty
         ours = (query.size(0), self.num_heads, self.head_dim)  # (B, H, E/H)
-        if held is not None and (held.size(0), held.size(1), held.size(-1)) != ours:
+        if (
+            held is not None
+            and (held.size(0), held.size(1), held.size(-1)) != ours
+        ):
             raise ValueError(
                 f"cache holds keys {shape(held)} (B, H, T, E/H), but this call's are "
                 f"({ours[0]}, {ours[1]}, ., {ours[2]})"
             )
 
-    def _per_head(self, attn_mask: object, scores: tuple[int, ...]) -> tuple[object, str]:
+    def _per_head(
+        self, attn_mask: object, scores: tuple[int, ...]
+    ) -> tuple[object, str]:
         """Shape a per-head `attn_mask (B*H, L, S)` as the scores `(B, H, L, S)`, and name it for messages.
 
         Raises:
@@ -250,12 +293,20 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(attn_mask, Tensor):
             return attn_mask, "attn_mask"
         name = "attn_mask"
-        if attn_mask.dim() == 3 and len(scores) == 4 and attn_mask.size(0) == scores[0] * scores[1]:
+        if (
+            attn_mask.dim() == 3
+            and len(scores) == 4
+            and attn_mask.size(0) == scores[0] * scores[1]
+        ):
             name = f"attn_mask {shape(attn_mask)}, one per head,"
-            attn_mask = attn_mask.unflatten(0, scores[:2])  # (B*H, L, S) -> (B, H, L, S)
+            attn_mask = attn_mask.unflatten(
+                0, scores[:2]
+            )  # (B*H, L, S) -> (B, H, L, S)
         if attn_mask.dim() not in (2, len(scores)):
             forms = (
-                "(L, S), (B*H, L, S) or (B, H, L, S)" if len(scores) == 4 else "(L, S) or (H, L, S)"
+                "(L, S), (B*H, L, S) or (B, H, L, S)"
+                if len(scores) == 4
+                else "(L, S) or (H, L, S)"
             )
             raise ValueError(
                 f"attn_mask must be {forms} for the scores' shape {scores}, got {shape(attn_mask)}"
@@ -275,7 +326,9 @@ class MultiHeadAttention(nn.Module):
                 f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}"
             )
         if not module.batch_first:
-            raise ValueError("module must be batch_first=True: this package is batch-first")
+            raise ValueError(
+                "module must be batch_first=True: this package is batch-first"
+            )
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError(
                 "add_bias_kv and add_zero_attn have no counterpart in MultiHeadAttention"
@@ -292,11 +345,21 @@ class MultiHeadAttention(nn.Module):
         if module._qkv_same_embed_dim:
             weights = module.in_proj_weight.chunk(3)
         else:
-            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
+            weights = (
+                module.q_proj_weight,
+                module.k_proj_weight,
+                module.v_proj_weight,
+            )
         projections = (copy.q_proj, copy.k_proj, copy.v_proj)
-        biases = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else (None,) * 3
+        biases = (
+            module.in_proj_bias.chunk(3)
+            if module.in_proj_bias is not None
+            else (None,) * 3
+        )
         with torch.no_grad():
-            for projection, w, b in zip(projections, weights, biases, strict=True):
+            for projection, w, b in zip(
+                projections, weights, biases, strict=True
+            ):
                 projection.weight.copy_(w)
                 if b is not None:
                     projection.bias.copy_(b)

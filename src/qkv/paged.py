@@ -72,20 +72,31 @@ def paged_attention(
     pages, heads_kv = key_pages.shape[:2]
     lengths = lengths.long()  # uint8 lengths would wrap below 0
     block_tables = block_tables.long()  # a uint8 table would index as a mask
-    block_tables = block_tables.clamp(0, pages - 1)  # entries past a sequence's pages: never kept
+    block_tables = block_tables.clamp(
+        0, pages - 1
+    )  # entries past a sequence's pages: never kept
     keys = key_pages[block_tables]  # (B, max_pages, H_kv, page, D)
     values = value_pages[block_tables]  # (B, max_pages, H_kv, page, Dv)
-    keys = keys.transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, D), S = max_pages * page
+    keys = keys.transpose(1, 2).flatten(
+        2, 3
+    )  # (B, H_kv, S, D), S = max_pages * page
     values = values.transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, Dv)
     # slots past a sequence's length hold anything (a pool made by torch.empty): zeros, so no NaN is summed
     positions = torch.arange(keys.size(2), device=query.device)  # (S,)
     written = (positions < lengths[:, None])[:, None, :, None]  # (B, 1, S, 1)
-    keys, values = torch.where(written, keys, 0), torch.where(written, values, 0)
+    keys, values = (
+        torch.where(written, keys, 0),
+        torch.where(written, values, 0),
+    )
     groups = heads // heads_kv
     keys = keys.repeat_interleave(groups, 1)  # (B, H, S, D)
     values = values.repeat_interleave(groups, 1)  # (B, H, S, Dv)
     # query i of sequence b is token lengths[b] - L + i and sees the tokens up to it: causal, bottom-right
-    rows = lengths[:, None] - seqlen_q + torch.arange(seqlen_q, device=query.device)  # (B, L)
+    rows = (
+        lengths[:, None]
+        - seqlen_q
+        + torch.arange(seqlen_q, device=query.device)
+    )  # (B, L)
     keep = positions[None, None, :] <= rows[:, :, None]  # (B, L, S)
     scale = 1 / math.sqrt(dim) if scale is None else scale
     scores = query @ keys.transpose(-2, -1) * scale  # (B, H, L, S)
@@ -94,7 +105,9 @@ def paged_attention(
 
 
 # --8<-- [start:gather]
-def gather_pages(pages: Tensor, block_table: Tensor | list[int], length: int) -> Tensor:
+def gather_pages(
+    pages: Tensor, block_table: Tensor | list[int], length: int
+) -> Tensor:
     """One sequence's first `length` tokens, read from the pool through its
     block table.
 
@@ -165,17 +178,29 @@ class PagedKVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
-        check_sizes(num_pages=num_pages, page_size=page_size, kv_heads=kv_heads, head_dim=head_dim)
+        check_sizes(
+            num_pages=num_pages,
+            page_size=page_size,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+        )
         value_dim = head_dim if value_dim is None else value_dim
         check_sizes(value_dim=value_dim)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+            raise TypeError(
+                f"dtype must be a floating-point torch.dtype, got {dtype!r}"
+            )
         self.page_size = page_size
         self.key_pages = torch.zeros(
             num_pages, kv_heads, page_size, head_dim, dtype=dtype, device=device
         )
         self.value_pages = torch.zeros(
-            num_pages, kv_heads, page_size, value_dim, dtype=dtype, device=device
+            num_pages,
+            kv_heads,
+            page_size,
+            value_dim,
+            dtype=dtype,
+            device=device,
         )
         self.references = torch.zeros(num_pages, dtype=torch.int64)
         self._tables: dict[object, list[int]] = {}
@@ -199,7 +224,10 @@ class PagedKVCache:
             return
         table = self.block_table(fork_of)
         self.references[table] += 1
-        self._tables[sequence], self._lengths[sequence] = table, self._lengths[fork_of]
+        self._tables[sequence], self._lengths[sequence] = (
+            table,
+            self._lengths[fork_of],
+        )
 
     def append(self, sequence: object, key: Tensor, value: Tensor) -> None:
         """Write the keys `(H_kv, T_new, D)` and values `(H_kv, T_new, Dv)` of new tokens after `sequence`'s.
@@ -217,9 +245,13 @@ class PagedKVCache:
         if new == 0:
             return
         needed = math.ceil((length + new) / self.page_size) - len(table)
-        shared_tail = length % self.page_size != 0 and self.references[table[-1]] > 1
+        shared_tail = (
+            length % self.page_size != 0 and self.references[table[-1]] > 1
+        )
         free = self._free_pages(needed + shared_tail)
-        if shared_tail:  # copy on write: this sequence gets its own copy of the last page
+        if (
+            shared_tail
+        ):  # copy on write: this sequence gets its own copy of the last page
             copy, free = free[0], free[1:]
             self.key_pages[copy] = self.key_pages[table[-1]]
             self.value_pages[copy] = self.value_pages[table[-1]]
@@ -229,10 +261,16 @@ class PagedKVCache:
         for page in free:
             self.references[page] = 1
             table.append(page)
-        slots = torch.arange(length, length + new)  # (T_new,): the tokens' positions
+        slots = torch.arange(
+            length, length + new
+        )  # (T_new,): the tokens' positions
         pages = torch.tensor(table)[slots // self.page_size]  # (T_new,)
-        self.key_pages[pages, :, slots % self.page_size] = key.transpose(0, 1)  # (T_new, H_kv, D)
-        self.value_pages[pages, :, slots % self.page_size] = value.transpose(0, 1)
+        self.key_pages[pages, :, slots % self.page_size] = key.transpose(
+            0, 1
+        )  # (T_new, H_kv, D)
+        self.value_pages[pages, :, slots % self.page_size] = value.transpose(
+            0, 1
+        )
         self._lengths[sequence] = length + new
 
     def free(self, sequence: object) -> None:
@@ -262,7 +300,9 @@ class PagedKVCache:
         padded = [table + [0] * (width - len(table)) for table in tables]
         lengths = [self._lengths[sequence] for sequence in sequences]
         device = self.key_pages.device
-        return torch.tensor(padded, device=device), torch.tensor(lengths, device=device)
+        return torch.tensor(padded, device=device), torch.tensor(
+            lengths, device=device
+        )
 
     def contiguous(self, sequence: object) -> tuple[Tensor, Tensor]:
         """`sequence`'s keys `(H_kv, T, D)` and values `(H_kv, T, Dv)`, gathered from its pages in order."""
@@ -287,9 +327,16 @@ class PagedKVCache:
         return free[:count]
 
     def _check_tokens(self, key: Tensor, value: Tensor) -> None:
-        for name, x, pool in (("key", key, self.key_pages), ("value", value, self.value_pages)):
+        for name, x, pool in (
+            ("key", key, self.key_pages),
+            ("value", value, self.value_pages),
+        ):
             check_tensor(name, x)
-            if x.dim() != 3 or x.size(0) != pool.size(1) or x.size(2) != pool.size(3):
+            if (
+                x.dim() != 3
+                or x.size(0) != pool.size(1)
+                or x.size(2) != pool.size(3)
+            ):
                 raise ValueError(
                     f"{name} must be (H_kv, T_new, {'D' if name == 'key' else 'Dv'}) = "
                     f"({pool.size(1)}, T_new, {pool.size(3)}), got {shape(x)}"
@@ -299,7 +346,9 @@ class PagedKVCache:
                     f"{name} is {x.dtype} on {x.device}, the pool {pool.dtype} on {pool.device}"
                 )
         if key.size(1) != value.size(1):
-            raise ValueError(f"key and value disagree on T_new: {shape(key)} vs {shape(value)}")
+            raise ValueError(
+                f"key and value disagree on T_new: {shape(key)} vs {shape(value)}"
+            )
 
 
 def _check_gather(pages: object, block_table: object, length: object) -> Tensor:
@@ -307,14 +356,25 @@ def _check_gather(pages: object, block_table: object, length: object) -> Tensor:
     an int64 tensor `(n,)` on the pool's device."""
     check_tensor("pages", pages)
     if pages.dim() != 4:
-        raise ValueError(f"pages must be 4-D (P, H_kv, page_size, D), got shape {shape(pages)}")
+        raise ValueError(
+            f"pages must be 4-D (P, H_kv, page_size, D), got shape {shape(pages)}"
+        )
     if isinstance(block_table, list | tuple):
-        if not all(isinstance(page, int) and not isinstance(page, bool) for page in block_table):
-            raise TypeError(f"block_table must hold ints (page indices), got {block_table!r}")
-        block_table = torch.tensor(block_table, dtype=torch.long, device=pages.device)
+        if not all(
+            isinstance(page, int) and not isinstance(page, bool)
+            for page in block_table
+        ):
+            raise TypeError(
+                f"block_table must hold ints (page indices), got {block_table!r}"
+            )
+        block_table = torch.tensor(
+            block_table, dtype=torch.long, device=pages.device
+        )
     check_integer_tensor("block_table", block_table, pages.device)
     if block_table.dim() != 1:
-        raise ValueError(f"block_table must be 1-D (n,), got shape {shape(block_table)}")
+        raise ValueError(
+            f"block_table must be 1-D (n,), got shape {shape(block_table)}"
+        )
     block_table = block_table.long()
     outside = block_table[(block_table < 0) | (block_table >= pages.size(0))]
     if outside.numel():
@@ -332,14 +392,24 @@ def _check_gather(pages: object, block_table: object, length: object) -> Tensor:
 
 
 def _check_paged_inputs(
-    query: Tensor, key_pages: Tensor, value_pages: Tensor, block_tables: Tensor, lengths: Tensor
+    query: Tensor,
+    key_pages: Tensor,
+    value_pages: Tensor,
+    block_tables: Tensor,
+    lengths: Tensor,
 ) -> None:
     """Raise, naming the argument and the shapes, unless the inputs make a well-formed paged call."""
-    for name, x in (("query", query), ("key_pages", key_pages), ("value_pages", value_pages)):
+    for name, x in (
+        ("query", query),
+        ("key_pages", key_pages),
+        ("value_pages", value_pages),
+    ):
         check_tensor(name, x)
         if x.dim() != 4:
             raise ValueError(f"{name} must be 4-D, got {shape(x)}")
-    check_same_dtype_and_device(query=query, key_pages=key_pages, value_pages=value_pages)
+    check_same_dtype_and_device(
+        query=query, key_pages=key_pages, value_pages=value_pages
+    )
     for name, x in (("block_tables", block_tables), ("lengths", lengths)):
         check_integer_tensor(name, x, query.device)
     batch, heads, seqlen_q, dim = query.shape
@@ -359,7 +429,11 @@ def _check_paged_inputs(
             f"the key-value heads must divide the query heads: query {shape(query)}, "
             f"key_pages {shape(key_pages)}"
         )
-    if block_tables.dim() != 2 or block_tables.size(0) != batch or lengths.shape != (batch,):
+    if (
+        block_tables.dim() != 2
+        or block_tables.size(0) != batch
+        or lengths.shape != (batch,)
+    ):
         raise ValueError(
             f"block_tables must be (B, max_pages) and lengths (B,) with B = {batch}: "
             f"block_tables {shape(block_tables)}, lengths {shape(lengths)}"

@@ -41,9 +41,15 @@ def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> Tensor:
     check_sizes(0, n=n)
     check_sizes(dim=dim)
     if dim % 2:
-        raise ValueError(f"dim must be even (sin and cos come in pairs), got {dim}")
-    frequencies, _ = rope_frequencies(dim, base=base)  # (dim/2,): base**(-2i/dim)
-    angles = torch.arange(n, dtype=torch.float64)[:, None] * frequencies  # (n, dim/2)
+        raise ValueError(
+            f"dim must be even (sin and cos come in pairs), got {dim}"
+        )
+    frequencies, _ = rope_frequencies(
+        dim, base=base
+    )  # (dim/2,): base**(-2i/dim)
+    angles = (
+        torch.arange(n, dtype=torch.float64)[:, None] * frequencies
+    )  # (n, dim/2)
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (n, dim/2, 2)
     return table.flatten(-2).float()  # (n, dim): sin, cos, sin, cos, ...
 
@@ -95,12 +101,25 @@ def apply_rope(
         positions = torch.arange(length, device=x.device)
     _check_positions(positions, x)
     check_bool("interleaved", interleaved)
-    dynamic = isinstance(scaling, dict) and scaling.get("rope_type") == "dynamic"
-    seq_len = max(int(positions.max()) + 1, 1) if dynamic and positions.numel() else None
-    frequencies, factor = rope_frequencies(dim, base=base, scaling=scaling, seq_len=seq_len)
+    dynamic = (
+        isinstance(scaling, dict) and scaling.get("rope_type") == "dynamic"
+    )
+    seq_len = (
+        max(int(positions.max()) + 1, 1)
+        if dynamic and positions.numel()
+        else None
+    )
+    frequencies, factor = rope_frequencies(
+        dim, base=base, scaling=scaling, seq_len=seq_len
+    )
     dtype = torch.promote_types(x.dtype, torch.float32)
-    angles = positions.to(torch.float64)[:, None] * frequencies.to(x.device)  # (N, D/2)
-    cos, sin = (factor * angles.cos()).to(dtype), (factor * angles.sin()).to(dtype)
+    angles = positions.to(torch.float64)[:, None] * frequencies.to(
+        x.device
+    )  # (N, D/2)
+    cos, sin = (
+        (factor * angles.cos()).to(dtype),
+        (factor * angles.sin()).to(dtype),
+    )
     return _rotate(x.to(dtype), cos, sin, interleaved).to(x.dtype)
 
 
@@ -114,7 +133,9 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
         x1, x2 = x.chunk(2, dim=-1)  # (..., N, D/2) each
     turned = (x1 * cos - x2 * sin, x1 * sin + x2 * cos)
     if interleaved:
-        return torch.stack(turned, dim=-1).flatten(-2)  # (..., N, D/2, 2) -> (..., N, D)
+        return torch.stack(turned, dim=-1).flatten(
+            -2
+        )  # (..., N, D/2, 2) -> (..., N, D)
     return torch.cat(turned, dim=-1)  # (..., N, D)
 
 
@@ -124,15 +145,25 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
 def _check_positions(positions: object, x: Tensor) -> None:
     """Raise unless `positions` is an integer `(N,)` tensor on `x`'s device, N being `x`'s rows."""
     if not isinstance(positions, Tensor):
-        raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+        raise TypeError(
+            f"positions must be a torch.Tensor, got {type(positions).__name__}"
+        )
+    if (
+        positions.is_floating_point()
+        or positions.is_complex()
+        or positions.dtype == torch.bool
+    ):
+        raise TypeError(
+            f"positions must be an integer tensor, got dtype {positions.dtype}"
+        )
     if positions.shape != x.shape[-2:-1]:
         raise ValueError(
             f"positions must be (N,) with N = {x.size(-2)} rows of x {shape(x)}, got {shape(positions)}"
         )
     if positions.device != x.device:
-        raise ValueError(f"positions is on {positions.device} but x is on {x.device}")
+        raise ValueError(
+            f"positions is on {positions.device} but x is on {x.device}"
+        )
 
 
 # --8<-- [start:alibi]
@@ -163,7 +194,9 @@ def alibi_slopes(num_heads: int) -> Tensor:
 
 def _geometric_slopes(heads: int) -> Tensor:
     """`(heads,)`: `2**(-8/heads * k)` for k = 1 .. heads, in float64."""
-    return 2.0 ** (-8.0 / heads * torch.arange(1, heads + 1, dtype=torch.float64))
+    return 2.0 ** (
+        -8.0 / heads * torch.arange(1, heads + 1, dtype=torch.float64)
+    )
 
 
 # --8<-- [end:alibi]
@@ -200,6 +233,10 @@ def alibi_bias(
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
     slopes = alibi_slopes(num_heads).to(device)  # (H,)
-    query_pos = torch.arange(q_len, device=device)[:, None] + _offset(q_len, k_len, alignment)
+    query_pos = torch.arange(q_len, device=device)[:, None] + _offset(
+        q_len, k_len, alignment
+    )
     key_pos = torch.arange(k_len, device=device)[None, :]
-    return slopes[:, None, None] * (key_pos - query_pos)  # (H, L, S); -slope * distance, no -0.0
+    return slopes[:, None, None] * (
+        key_pos - query_pos
+    )  # (H, L, S); -slope * distance, no -0.0

@@ -80,14 +80,25 @@ def gated_delta_rule(
         ValueError: shapes that disagree, `Hv` not a multiple of `H`, `g > 0` or not finite, `beta` outside
             [0, 1], a `chunk_size` below 1, tensors on different devices.
     """
-    _check_inputs(q, k, v, g, beta, chunk_size, initial_state, scale, output_final_state)
-    (batch, heads, _, key_dim), (value_heads, value_dim) = q.shape, v.shape[1::2]
+    _check_inputs(
+        q, k, v, g, beta, chunk_size, initial_state, scale, output_final_state
+    )
+    (batch, heads, _, key_dim), (value_heads, value_dim) = (
+        q.shape,
+        v.shape[1::2],
+    )
     output_dtype, dtype = q.dtype, torch.promote_types(q.dtype, torch.float32)
     if scale is None:
-        scale = 1 / math.sqrt(key_dim) if key_dim else 1.0  # Dk = 0: every read is an empty sum
+        scale = (
+            1 / math.sqrt(key_dim) if key_dim else 1.0
+        )  # Dk = 0: every read is an empty sum
     groups = value_heads // heads
-    q = (q.to(dtype) * scale).repeat_interleave(groups, dim=1)  # (B, H, N, Dk) -> (B, Hv, N, Dk)
-    k = k.to(dtype).repeat_interleave(groups, dim=1)  # (B, H, N, Dk) -> (B, Hv, N, Dk)
+    q = (q.to(dtype) * scale).repeat_interleave(
+        groups, dim=1
+    )  # (B, H, N, Dk) -> (B, Hv, N, Dk)
+    k = k.to(dtype).repeat_interleave(
+        groups, dim=1
+    )  # (B, H, N, Dk) -> (B, Hv, N, Dk)
     v, g, beta = v.to(dtype), g.to(dtype), beta.to(dtype)
     if initial_state is None:
         state = q.new_zeros(batch, value_heads, key_dim, value_dim)
@@ -108,21 +119,39 @@ def _recurrent(
     # --8<-- [start:recurrent]
     outs = []
     for t in range(q.size(-2)):
-        q_t, k_t, v_t = q[..., t, :], k[..., t, :], v[..., t, :]  # (B, Hv, Dk), v_t (B, Hv, Dv)
+        q_t, k_t, v_t = (
+            q[..., t, :],
+            k[..., t, :],
+            v[..., t, :],
+        )  # (B, Hv, Dk), v_t (B, Hv, Dv)
         decay_t = g[..., t, None, None].exp()  # exp(g_t), (B, Hv, 1, 1)
         beta_t = beta[..., t, None]  # (B, Hv, 1)
         state = decay_t * state  # S' = exp(g_t) S_{t-1}: forget a little
-        recalled = torch.einsum("...k,...kv->...v", k_t, state)  # S'^T k_t: what S' holds for k_t
+        recalled = torch.einsum(
+            "...k,...kv->...v", k_t, state
+        )  # S'^T k_t: what S' holds for k_t
         error = beta_t * (v_t - recalled)  # write the error, not the value
-        state = state + torch.einsum("...k,...v->...kv", k_t, error)  # S_t = S' + k_t error^T
-        outs.append(torch.einsum("...k,...kv->...v", q_t, state))  # o_t = S_t^T q_t
+        state = state + torch.einsum(
+            "...k,...v->...kv", k_t, error
+        )  # S_t = S' + k_t error^T
+        outs.append(
+            torch.einsum("...k,...kv->...v", q_t, state)
+        )  # o_t = S_t^T q_t
     # --8<-- [end:recurrent]
-    out = torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)  # (B, Hv, N, Dv)
+    out = (
+        torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)
+    )  # (B, Hv, N, Dv)
     return out, state
 
 
 def _chunked(
-    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, chunk_size: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    chunk_size: int,
 ) -> tuple[Tensor, Tensor]:
     """The gated delta rule chunk by chunk; same arguments and result as `_recurrent`.
 
@@ -137,32 +166,65 @@ def _chunked(
     chunks = -(-length // chunk_size)  # ceil(N / C)
     pad = chunks * chunk_size - length
     # (B, Hv, N, D) -> (B, Hv, chunks, C, D) and (B, Hv, N) -> (B, Hv, chunks, C)
-    q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(-2, (chunks, chunk_size)) for x in (q, k, v))
-    g, beta = (F.pad(x, (0, pad)).unflatten(-1, (chunks, chunk_size)) for x in (g, beta))
+    q, k, v = (
+        F.pad(x, (0, 0, 0, pad)).unflatten(-2, (chunks, chunk_size))
+        for x in (q, k, v)
+    )
+    g, beta = (
+        F.pad(x, (0, pad)).unflatten(-1, (chunks, chunk_size))
+        for x in (g, beta)
+    )
     # --8<-- [start:chunked]
-    earlier_or_same = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
-    gamma = g.cumsum(dim=-1)  # log decay from the chunk's start to token i, (B, Hv, chunks, C)
-    gaps = gamma[..., :, None] - gamma[..., None, :]  # gamma_i - gamma_j, (B, Hv, chunks, C, C)
-    decays = gaps.masked_fill(~earlier_or_same, -math.inf).exp()  # D_ij, 0 above the diagonal
+    earlier_or_same = torch.ones(
+        chunk_size, chunk_size, dtype=torch.bool, device=q.device
+    ).tril()
+    gamma = g.cumsum(
+        dim=-1
+    )  # log decay from the chunk's start to token i, (B, Hv, chunks, C)
+    gaps = (
+        gamma[..., :, None] - gamma[..., None, :]
+    )  # gamma_i - gamma_j, (B, Hv, chunks, C, C)
+    decays = gaps.masked_fill(
+        ~earlier_or_same, -math.inf
+    ).exp()  # D_ij, 0 above the diagonal
 
     # the writes of a chunk at once: (I + A) U = beta V - beta exp(gamma) K S_0 (the UT transform)
-    a = (beta[..., None] * (k @ k.transpose(-2, -1)) * decays).tril(-1)  # A_ij, j < i, (.., C, C)
+    a = (beta[..., None] * (k @ k.transpose(-2, -1)) * decays).tril(
+        -1
+    )  # A_ij, j < i, (.., C, C)
     eye = torch.eye(chunk_size, dtype=q.dtype, device=q.device)
     system = eye + a  # I + A: unit lower triangular
-    right = torch.cat([beta[..., None] * v, beta[..., None] * gamma.exp()[..., None] * k], dim=-1)
-    solved = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)
+    right = torch.cat(
+        [beta[..., None] * v, beta[..., None] * gamma.exp()[..., None] * k],
+        dim=-1,
+    )
+    solved = torch.linalg.solve_triangular(
+        system, right, upper=False, unitriangular=True
+    )
     # U = written_if_empty - correcting S_0: what an empty state would take, and how S_0 changes it
-    written_if_empty, correcting = solved.split([v.size(-1), k.size(-1)], dim=-1)
-    within = (q @ k.transpose(-2, -1)) * decays  # (Q K^T * D), (B, Hv, chunks, C, C)
+    written_if_empty, correcting = solved.split(
+        [v.size(-1), k.size(-1)], dim=-1
+    )
+    within = (
+        q @ k.transpose(-2, -1)
+    ) * decays  # (Q K^T * D), (B, Hv, chunks, C, C)
 
     outs = []
     for c in range(chunks):  # the recurrence across chunks
-        u = written_if_empty[:, :, c] - correcting[:, :, c] @ state  # the errors, (B, Hv, C, Dv)
-        read = (gamma[:, :, c].exp()[..., None] * q[:, :, c]) @ state  # from S_0, (B, Hv, C, Dv)
+        u = (
+            written_if_empty[:, :, c] - correcting[:, :, c] @ state
+        )  # the errors, (B, Hv, C, Dv)
+        read = (
+            gamma[:, :, c].exp()[..., None] * q[:, :, c]
+        ) @ state  # from S_0, (B, Hv, C, Dv)
         outs.append(read + within[:, :, c] @ u)  # (B, Hv, C, Dv)
         last = gamma[:, :, c, -1:]  # gamma_C, (B, Hv, 1)
-        keys = (last - gamma[:, :, c]).exp()[..., None] * k[:, :, c]  # exp(gamma_C - gamma) K
-        state = last.exp()[..., None] * state + keys.transpose(-2, -1) @ u  # (B, Hv, Dk, Dv)
+        keys = (last - gamma[:, :, c]).exp()[..., None] * k[
+            :, :, c
+        ]  # exp(gamma_C - gamma) K
+        state = (
+            last.exp()[..., None] * state + keys.transpose(-2, -1) @ u
+        )  # (B, Hv, Dk, Dv)
     # --8<-- [end:chunked]
     out = torch.stack(outs, dim=2) if outs else v  # (B, Hv, chunks, C, Dv)
     return out.flatten(2, 3)[:, :, :length], state  # (B, Hv, N, Dv)
@@ -189,7 +251,9 @@ def _check_inputs(
     check_same_dtype_and_device(**tensors)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (B, heads, N, D), got shape {shape(x)}")
+            raise ValueError(
+                f"{name} must be 4-D (B, heads, N, D), got shape {shape(x)}"
+            )
     if k.shape != q.shape:
         raise ValueError(
             f"q and k must have the same shape (B, H, N, Dk): q {shape(q)} vs k {shape(k)}"
@@ -237,7 +301,9 @@ def _check_state(initial_state: object, q: Tensor, v: Tensor) -> None:
             f"got {initial_state.dtype}"
         )
     if initial_state.device != q.device:
-        raise ValueError(f"initial_state is on {initial_state.device} but q is on {q.device}")
+        raise ValueError(
+            f"initial_state is on {initial_state.device} but q is on {q.device}"
+        )
     expected = (q.size(0), v.size(1), q.size(3), v.size(3))
     if shape(initial_state) != expected:
         raise ValueError(

@@ -32,7 +32,13 @@ from torch import Tensor
 from qkv._checks import check_number, check_sizes
 
 # The parameters that divide or are logarithms somewhere: they must be above 0 (the others finite).
-POSITIVE = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow")
+POSITIVE = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+)
 # The parameters each rule reads: required, then optional with their defaults.
 RULES: dict[str, tuple[tuple[str, ...], dict[str, object]]] = {
     "default": ((), {}),
@@ -51,7 +57,12 @@ RULES: dict[str, tuple[tuple[str, ...], dict[str, object]]] = {
         },
     ),
     "llama3": (
-        ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+        (
+            "factor",
+            "original_max_position_embeddings",
+            "low_freq_factor",
+            "high_freq_factor",
+        ),
         {},
     ),
 }
@@ -88,12 +99,16 @@ def rope_frequencies(
     """
     check_sizes(head_dim=head_dim)
     if head_dim % 2:
-        raise ValueError(f"head_dim must be even (channels turn in pairs), got {head_dim}")
+        raise ValueError(
+            f"head_dim must be even (channels turn in pairs), got {head_dim}"
+        )
     check_number("base", base, above=1.0)
     rule, params = _parse(scaling, head_dim)
     if seq_len is not None:
         check_sizes(seq_len=seq_len)
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # (D/2,): 2i/D
+    exponents = (
+        torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    )  # (D/2,): 2i/D
     plain = base**-exponents
     if rule == "default":
         return plain, 1.0
@@ -105,7 +120,9 @@ def rope_frequencies(
     original = params["original_max_position_embeddings"]
     if rule == "dynamic":
         length = max(seq_len or original, original)
-        growth = factor * length / original - (factor - 1)  # 1 at the original length
+        growth = factor * length / original - (
+            factor - 1
+        )  # 1 at the original length
         return _stretched_base(base, growth, head_dim) ** -exponents, 1.0
     if rule == "yarn":
         return _yarn(plain, base, head_dim, original, params)
@@ -125,23 +142,34 @@ def _yarn(
 
     def pair_turning(turns: float) -> float:
         """The (fractional) pair index whose frequency makes `turns` full turns over `original` positions."""
-        return head_dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(base))
+        return (
+            head_dim
+            * math.log(original / (turns * 2 * math.pi))
+            / (2 * math.log(base))
+        )
 
-    low, high = pair_turning(params["beta_fast"]), pair_turning(params["beta_slow"])
+    low, high = (
+        pair_turning(params["beta_fast"]),
+        pair_turning(params["beta_slow"]),
+    )
     if params["truncate"]:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001  # a ramp of zero width would divide by zero
     pairs = torch.arange(head_dim // 2, dtype=torch.float64)
-    interpolated = ((pairs - low) / (high - low)).clamp(0, 1)  # 0: keep the pair, 1: interpolate it
+    interpolated = ((pairs - low) / (high - low)).clamp(
+        0, 1
+    )  # 0: keep the pair, 1: interpolate it
     inv_freq = plain * (1 - interpolated) + plain / factor * interpolated
 
     attention_factor = params["attention_factor"]
     if attention_factor is None:
         mscale, mscale_all_dim = params["mscale"], params["mscale_all_dim"]
         if mscale and mscale_all_dim:
-            attention_factor = _temperature(factor, mscale) / _temperature(factor, mscale_all_dim)
+            attention_factor = _temperature(factor, mscale) / _temperature(
+                factor, mscale_all_dim
+            )
         else:
             attention_factor = _temperature(factor, 1.0)
     return inv_freq, float(attention_factor)
@@ -154,8 +182,14 @@ def _temperature(factor: float, mscale: float) -> float:
 
 def _llama3(plain: Tensor, original: int, params: dict) -> tuple[Tensor, float]:
     """Llama 3.1's frequencies: short wavelengths kept, long ones divided by `factor`, a blend between."""
-    factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
-    wavelength = 2 * math.pi / plain  # (D/2,): positions per full turn of each pair
+    factor, low, high = (
+        params["factor"],
+        params["low_freq_factor"],
+        params["high_freq_factor"],
+    )
+    wavelength = (
+        2 * math.pi / plain
+    )  # (D/2,): positions per full turn of each pair
     kept = plain  # wavelength below original / high
     interpolated = plain / factor  # wavelength above original / low
     blend = (original / wavelength - low) / (
@@ -171,12 +205,18 @@ def _parse(scaling: object, head_dim: int) -> tuple[str, dict]:
     if scaling is None:
         return "default", {}
     if not isinstance(scaling, dict):
-        raise TypeError(f"scaling must be a dict or None, got {type(scaling).__name__}")
+        raise TypeError(
+            f"scaling must be a dict or None, got {type(scaling).__name__}"
+        )
     rule = scaling.get("rope_type")
     if rule not in RULES:
         raise ValueError(
             f'scaling["rope_type"] must be one of {tuple(RULES)}, got {rule!r}'
-            + (' (the key is "rope_type"; "type" is its old name)' if "type" in scaling else "")
+            + (
+                ' (the key is "rope_type"; "type" is its old name)'
+                if "type" in scaling
+                else ""
+            )
         )
     required, optional = RULES[rule]
     unknown = set(scaling) - {"rope_type", *required, *optional}
@@ -187,12 +227,18 @@ def _parse(scaling: object, head_dim: int) -> tuple[str, dict]:
         )
     missing = [name for name in required if scaling.get(name) is None]
     if missing:
-        raise ValueError(f"scaling with rope_type {rule!r} needs {missing}, got {scaling}")
-    params = optional | {name: value for name, value in scaling.items() if value is not None}
+        raise ValueError(
+            f"scaling with rope_type {rule!r} needs {missing}, got {scaling}"
+        )
+    params = optional | {
+        name: value for name, value in scaling.items() if value is not None
+    }
     for name, value in params.items():
         if name == "truncate":
             if not isinstance(value, bool):
-                raise TypeError(f'scaling["truncate"] must be a bool, got {value!r}')
+                raise TypeError(
+                    f'scaling["truncate"] must be a bool, got {value!r}'
+                )
         elif name == "original_max_position_embeddings":
             check_sizes(**{f'scaling["{name}"]': value})
         elif name in POSITIVE:
@@ -208,7 +254,10 @@ def _parse(scaling: object, head_dim: int) -> tuple[str, dict]:
             f"head_dim must be at least 4 for rope_type {rule!r} (its base grows by factor**(D / (D - 2))), "
             f"got {head_dim}"
         )
-    if rule == "llama3" and not params["low_freq_factor"] < params["high_freq_factor"]:
+    if (
+        rule == "llama3"
+        and not params["low_freq_factor"] < params["high_freq_factor"]
+    ):
         raise ValueError(
             'scaling["low_freq_factor"] must be below scaling["high_freq_factor"], got '
             f"{params['low_freq_factor']} and {params['high_freq_factor']}"

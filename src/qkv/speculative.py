@@ -81,16 +81,25 @@ def speculative_generate(
             other than 1; `k` not a positive int.
     """
     for model in (target, draft):
-        _check_generate(model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed)
+        _check_generate(
+            model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed
+        )
     if draft.config.vocab_size != target.config.vocab_size:
         raise ValueError(
             f"draft and target must share a vocabulary: the draft has {draft.config.vocab_size} "
             f"tokens, the target {target.config.vocab_size}"
         )
     if ids.size(0) != 1:
-        raise ValueError(f"ids must be one sequence (1, L), got a batch of {ids.size(0)}")
+        raise ValueError(
+            f"ids must be one sequence (1, L), got a batch of {ids.size(0)}"
+        )
     check_sizes(k=k)
-    sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
+    sampling = {
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+    }
     generator = torch.Generator(device=ids.device).manual_seed(seed)
     target_cache, draft_cache = target.new_cache(), draft.new_cache()
     tokens = ids[0].tolist()  # the prompt, then every token emitted so far
@@ -101,7 +110,9 @@ def speculative_generate(
         # --8<-- [start:round]
         draft_probs = []  # (V,) per guess: the distribution each guess was drawn from
         for _ in range(guesses):
-            logits = _advance(draft, draft_cache, tokens)  # the next token's, (V,)
+            logits = _advance(
+                draft, draft_cache, tokens
+            )  # the next token's, (V,)
             probs = _distribution(logits, sampling)
             tokens.append(_draw(probs, temperature, generator))
             draft_probs.append(probs)
@@ -109,10 +120,14 @@ def speculative_generate(
         del tokens[len(tokens) - guesses :]
         # one target pass over the tokens it has not seen and every guess:
         # guesses + 1 distributions
-        logits = _advance(target, target_cache, tokens + proposed, every=guesses + 1)  # (g + 1, V)
+        logits = _advance(
+            target, target_cache, tokens + proposed, every=guesses + 1
+        )  # (g + 1, V)
         target_probs = [_distribution(row, sampling) for row in logits]
         forwards, drafted = forwards + 1, drafted + guesses
-        for guess, p, q in zip(proposed, target_probs, draft_probs, strict=False):
+        for guess, p, q in zip(
+            proposed, target_probs, draft_probs, strict=False
+        ):
             if _keep(guess, p, q, temperature, generator):
                 tokens.append(guess)
                 accepted += 1
@@ -122,19 +137,27 @@ def speculative_generate(
         else:  # all kept: the target's last distribution gives one more token
             tokens.append(_draw(target_probs[-1], temperature, generator))
         # --8<-- [end:round]
-        seen = len(tokens) - 1  # each cache may keep the tokens before the newest, no more
+        seen = (
+            len(tokens) - 1
+        )  # each cache may keep the tokens before the newest, no more
         for cache in (*target_cache, *draft_cache):
             cache.crop(min(len(cache), seen))
-    out = torch.tensor(tokens[:end], device=ids.device, dtype=ids.dtype)[None]  # (1, L + new)
+    out = torch.tensor(tokens[:end], device=ids.device, dtype=ids.dtype)[
+        None
+    ]  # (1, L + new)
     return out, SpeculativeStats(forwards, drafted, accepted)
 
 
-def _advance(model: GPT, cache: list[KVCache], tokens: list[int], every: int = 1) -> Tensor:
+def _advance(
+    model: GPT, cache: list[KVCache], tokens: list[int], every: int = 1
+) -> Tensor:
     """Feed `model` the tokens its cache has not seen; the logits after the last `every` of them.
 
     Returns `(V,)` for `every` = 1, else `(every, V)`.
     """
-    new = torch.tensor(tokens[len(cache[0]) :], device=model.embed.weight.device)[None]  # (1, n)
+    new = torch.tensor(
+        tokens[len(cache[0]) :], device=model.embed.weight.device
+    )[None]  # (1, n)
     logits = model(new, cache)[0, -every:]  # (every, V)
     return logits[0] if every == 1 else logits
 
@@ -142,7 +165,9 @@ def _advance(model: GPT, cache: list[KVCache], tokens: list[int], every: int = 1
 def _distribution(logits: Tensor, sampling: dict) -> Tensor:
     """The distribution the next token is drawn from; at temperature 0, all mass on the most probable."""
     if sampling["temperature"] == 0:
-        return torch.nn.functional.one_hot(logits.argmax(), logits.size(-1)).to(logits.dtype)
+        return torch.nn.functional.one_hot(logits.argmax(), logits.size(-1)).to(
+            logits.dtype
+        )
     return next_token_probabilities(logits, **sampling)
 
 
@@ -152,7 +177,13 @@ def _draw(probs: Tensor, temperature: float, generator: torch.Generator) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def _keep(guess: int, p: Tensor, q: Tensor, temperature: float, generator: torch.Generator) -> bool:
+def _keep(
+    guess: int,
+    p: Tensor,
+    q: Tensor,
+    temperature: float,
+    generator: torch.Generator,
+) -> bool:
     """Whether the target keeps a guess drawn from `q`: with probability `min(1, p / q)` (greedy: p's top)."""
     if temperature == 0:
         return guess == int(p.argmax())
@@ -160,9 +191,13 @@ def _keep(guess: int, p: Tensor, q: Tensor, temperature: float, generator: torch
     return bool(u * q[guess] < p[guess])  # u < p / q, without dividing by q
 
 
-def _replacement(p: Tensor, q: Tensor, temperature: float, generator: torch.Generator) -> int:
+def _replacement(
+    p: Tensor, q: Tensor, temperature: float, generator: torch.Generator
+) -> int:
     """The token after a rejected guess: from `max(0, p - q)` renormalised (greedy: p's top)."""
     if temperature == 0:
         return int(p.argmax())
     residual = (p - q).clamp(min=0)
-    return int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+    return int(
+        torch.multinomial(residual / residual.sum(), 1, generator=generator)
+    )

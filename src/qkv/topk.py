@@ -68,10 +68,16 @@ def indexer_scores(
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k, weights = q.to(dtype), k.to(dtype), weights.to(dtype)
     if scale is None:
-        scale = 1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0  # D = 0: every product is 0
+        scale = (
+            1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0
+        )  # D = 0: every product is 0
     # --8<-- [start:indexer]
-    per_head = torch.relu(q @ k.unsqueeze(1).transpose(-2, -1) * scale)  # (B, H, L, S)
-    scores = torch.einsum("blh,bhls->bls", weights, per_head)  # sum over heads, (B, L, S)
+    per_head = torch.relu(
+        q @ k.unsqueeze(1).transpose(-2, -1) * scale
+    )  # (B, H, L, S)
+    scores = torch.einsum(
+        "blh,bhls->bls", weights, per_head
+    )  # sum over heads, (B, L, S)
     # --8<-- [end:indexer]
     if mask is not None:
         scores = scores.masked_fill(~mask, -math.inf)
@@ -99,9 +105,13 @@ def topk_indices(scores: Tensor, top_k: int) -> Tensor:
     kept = min(top_k, scores.size(-1))
     # --8<-- [start:topk]
     best, indices = scores.topk(kept, dim=-1)  # (..., L, kept), best first
-    indices = indices.masked_fill(best == -math.inf, NO_KEY)  # a masked key is no key
+    indices = indices.masked_fill(
+        best == -math.inf, NO_KEY
+    )  # a masked key is no key
     # --8<-- [end:topk]
-    short = indices.new_full((*indices.shape[:-1], top_k - kept), NO_KEY)  # S < top_k
+    short = indices.new_full(
+        (*indices.shape[:-1], top_k - kept), NO_KEY
+    )  # S < top_k
     return torch.cat([indices, short], dim=-1)
 
 
@@ -122,14 +132,23 @@ def topk_mask(indices: Tensor, num_keys: int) -> Tensor:
     check_sizes(0, num_keys=num_keys)
     _check_indices(indices, num_keys)
     batch, length, _ = indices.shape
-    mask = torch.zeros(batch, length, num_keys + 1, dtype=torch.bool, device=indices.device)
-    columns = indices.long().masked_fill(indices == NO_KEY, num_keys)  # no key: the spare column S
+    mask = torch.zeros(
+        batch, length, num_keys + 1, dtype=torch.bool, device=indices.device
+    )
+    columns = indices.long().masked_fill(
+        indices == NO_KEY, num_keys
+    )  # no key: the spare column S
     mask = mask.scatter(-1, columns, True)  # (B, L, S + 1)
     return mask[..., :num_keys].unsqueeze(1)  # (B, L, S) -> (B, 1, L, S)
 
 
 def topk_attention(
-    q: Tensor, k: Tensor, v: Tensor, indices: Tensor, *, scale: float | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    indices: Tensor,
+    *,
+    scale: float | None = None,
 ) -> Tensor:
     """Attention of each query over its selected keys only: `softmax(q k_sel^T * scale) v_sel`.
 
@@ -167,30 +186,44 @@ def topk_attention(
             f"q {shape(q)} vs indices {shape(indices)}"
         )
     if indices.device != q.device:
-        raise ValueError(f"indices is on {indices.device} but q is on {q.device}")
+        raise ValueError(
+            f"indices is on {indices.device} but q is on {q.device}"
+        )
     output_dtype, dtype = q.dtype, torch.promote_types(q.dtype, torch.float32)
     if k.size(-2) == 0:  # no key at all: every slot is -1
         return q.new_zeros(*q.shape[:-1], v.size(-1))
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     if scale is None:
-        scale = 1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0  # E = 0: every score is 0
+        scale = (
+            1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0
+        )  # E = 0: every score is 0
     batch = torch.arange(q.size(0), device=q.device)[:, None, None]  # (B, 1, 1)
     groups = q.size(1) // k.size(1)
     # --8<-- [start:topk-attention]
-    chosen = indices.long().clamp(min=0)  # an empty slot reads key 0, masked below
-    keys = k[batch, :, chosen].permute(0, 3, 1, 2, 4)  # (B, L, K, Hk, E) -> (B, Hk, L, K, E)
+    chosen = indices.long().clamp(
+        min=0
+    )  # an empty slot reads key 0, masked below
+    keys = k[batch, :, chosen].permute(
+        0, 3, 1, 2, 4
+    )  # (B, L, K, Hk, E) -> (B, Hk, L, K, E)
     values = v[batch, :, chosen].permute(0, 3, 1, 2, 4)  # (B, Hk, L, K, Ev)
     q = q.unflatten(1, (-1, groups))  # (B, H, L, E) -> (B, Hk, H/Hk, L, E)
 
-    scores = torch.einsum("bhgle,bhlke->bhglk", q, keys) * scale  # (B, Hk, H/Hk, L, K)
+    scores = (
+        torch.einsum("bhgle,bhlke->bhglk", q, keys) * scale
+    )  # (B, Hk, H/Hk, L, K)
     scores = scores.masked_fill(indices[:, None, None] == NO_KEY, -math.inf)
     weights = safe_softmax(scores)  # zeros for a query with no key
-    out = torch.einsum("bhglk,bhlkv->bhglv", weights, values)  # (B, Hk, H/Hk, L, Ev)
+    out = torch.einsum(
+        "bhglk,bhlkv->bhglv", weights, values
+    )  # (B, Hk, H/Hk, L, Ev)
     # --8<-- [end:topk-attention]
     return out.flatten(1, 2).to(output_dtype)  # (B, H, L, Ev)
 
 
-def _check_attention_inputs(q: object, k: object, v: object, scale: object) -> None:
+def _check_attention_inputs(
+    q: object, k: object, v: object, scale: object
+) -> None:
     """Raise, naming the argument, unless q `(B, H, L, E)`, k `(B, Hk, S, E)`, v `(B, Hk, S, Ev)` fit."""
     tensors = {"q": q, "k": k, "v": v}
     for name, x in tensors.items():
@@ -198,11 +231,17 @@ def _check_attention_inputs(q: object, k: object, v: object, scale: object) -> N
     check_same_dtype_and_device(**tensors)
     for name, x in tensors.items():
         if x.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (B, heads, N, features), got shape {shape(x)}")
+            raise ValueError(
+                f"{name} must be 4-D (B, heads, N, features), got shape {shape(x)}"
+            )
     if k.size(0) != q.size(0) or k.size(-1) != q.size(-1):
-        raise ValueError(f"k must be (B, Hk, S, E) with q's B and E: q {shape(q)} vs k {shape(k)}")
+        raise ValueError(
+            f"k must be (B, Hk, S, E) with q's B and E: q {shape(q)} vs k {shape(k)}"
+        )
     if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"k and v disagree on (B, Hk, S): k {shape(k)} vs v {shape(v)}")
+        raise ValueError(
+            f"k and v disagree on (B, Hk, S): k {shape(k)} vs v {shape(v)}"
+        )
     if k.size(1) == 0 or q.size(1) % k.size(1) != 0:
         raise ValueError(
             f"k's heads must divide q's: q {shape(q)} has {q.size(1)}, k {shape(k)} has {k.size(1)}"
@@ -218,7 +257,11 @@ def _check_indexer_inputs(
     for name, x in tensors.items():
         check_tensor(name, x)
     check_same_dtype_and_device(**tensors)
-    layouts = {"q": ("(B, H, L, D)", 4), "k": ("(B, S, D)", 3), "weights": ("(B, L, H)", 3)}
+    layouts = {
+        "q": ("(B, H, L, D)", 4),
+        "k": ("(B, S, D)", 3),
+        "weights": ("(B, L, H)", 3),
+    }
     for name, x in tensors.items():
         layout, rank = layouts[name]
         if x.dim() != rank:
@@ -236,11 +279,19 @@ def _check_indexer_inputs(
     check_scale(scale)
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
-            raise TypeError(f"mask must be a bool tensor (True = takes part), got {got}")
+            got = (
+                f"dtype {mask.dtype}"
+                if isinstance(mask, Tensor)
+                else type(mask).__name__
+            )
+            raise TypeError(
+                f"mask must be a bool tensor (True = takes part), got {got}"
+            )
         if mask.device != q.device:
             raise ValueError(f"mask is on {mask.device} but q is on {q.device}")
-        check_broadcast("mask", mask, (batch, length, k.size(1)), "the scores' (B, L, S)")
+        check_broadcast(
+            "mask", mask, (batch, length, k.size(1)), "the scores' (B, L, S)"
+        )
 
 
 def _check_indices(indices: object, num_keys: int) -> None:
@@ -249,11 +300,17 @@ def _check_indices(indices: object, num_keys: int) -> None:
     Reads the values (a device sync on a GPU).
     """
     if not isinstance(indices, Tensor):
-        raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
+        raise TypeError(
+            f"indices must be a torch.Tensor, got {type(indices).__name__}"
+        )
     if indices.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"indices must be int32 or int64 key positions, got dtype {indices.dtype}")
+        raise TypeError(
+            f"indices must be int32 or int64 key positions, got dtype {indices.dtype}"
+        )
     if indices.dim() != 3:
-        raise ValueError(f"indices must be (B, L, K), got shape {shape(indices)}")
+        raise ValueError(
+            f"indices must be (B, L, K), got shape {shape(indices)}"
+        )
     outside = (indices < NO_KEY) | (indices >= num_keys)
     if bool(outside.any()):
         b, row, slot = (int(i) for i in outside.nonzero()[0])
@@ -262,7 +319,9 @@ def _check_indices(indices: object, num_keys: int) -> None:
             f"indices[{b}, {row}, {slot}] = {int(indices[b, row, slot])}"
         )
     ordered = indices.sort(dim=-1).values  # (B, L, K)
-    repeated = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] != NO_KEY)
+    repeated = (ordered[..., 1:] == ordered[..., :-1]) & (
+        ordered[..., 1:] != NO_KEY
+    )
     if bool(repeated.any()):
         b, row, slot = (int(i) for i in repeated.nonzero()[0])
         raise ValueError(

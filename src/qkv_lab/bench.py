@@ -113,9 +113,19 @@ LOWER_RIGHT_PATH = "torch-lower-right"
 PATHS = ("reference", "torch", *TORCH_BACKENDS, LOWER_RIGHT_PATH, *KERNEL_PATHS)
 MODES = ("forward", "forward+backward")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-SUITES = ("square", "decode", "split-kv", "gqa", "window", "padding", "long", "varlen")
+SUITES = (
+    "square",
+    "decode",
+    "split-kv",
+    "gqa",
+    "window",
+    "padding",
+    "long",
+    "varlen",
+)
 DECODE_PAGE_SIZE = 16  # tokens per page of the qkv-decode-paged path (vLLM's default block size)
-BACKWARD_FLOPS_FACTOR = 2.5  # the backward pass does 2.5 times the forward's matrix-product FLOPs
+# the backward pass does 2.5 times the forward's matrix-product FLOPs
+BACKWARD_FLOPS_FACTOR = 2.5
 CHECKED_ROWS = 64  # query rows of each packed document compared with the reference before timing
 
 Attention = Callable[..., Tensor]
@@ -145,7 +155,10 @@ def key_lengths(case: Case) -> list[int] | None:
     """The keys each batch keeps when `padded`: all, then (B - 1) / B, ..., 1 / B of them."""
     if not case.padded:
         return None
-    return [case.seqlen_k * (case.batch - b) // case.batch for b in range(case.batch)]
+    return [
+        case.seqlen_k * (case.batch - b) // case.batch
+        for b in range(case.batch)
+    ]
 
 
 def kept_pairs(case: Case) -> int:
@@ -153,13 +166,21 @@ def kept_pairs(case: Case) -> int:
 
     Of documents, only their own queries count: the padding queries of a padded batch do no useful work.
     """
-    offset = case.seqlen_k - case.seqlen_q if case.causal == "bottom_right" else 0
+    offset = (
+        case.seqlen_k - case.seqlen_q if case.causal == "bottom_right" else 0
+    )
     lengths = key_lengths(case) or [case.seqlen_k] * case.batch
     pairs = 0
     for kv_len in lengths:
         for row in range(kv_len if case.documents else case.seqlen_q):
             lo, _, hi, _ = tiles.key_bounds(
-                row, row, kv_len, offset, case.window, bool(case.causal), case.window is not None
+                row,
+                row,
+                kv_len,
+                offset,
+                case.window,
+                bool(case.causal),
+                case.window is not None,
             )
             pairs += max(0, hi - lo)
     return pairs
@@ -176,9 +197,13 @@ def attention_flops(case: Case) -> float:
 def attention_function(path: str) -> Attention:
     """`(q, k, v, **mask options) -> output` for a path, with its torch backend forced where it has one."""
     if path in ("reference", "torch"):
-        return lambda q, k, v, **masks: attention(q, k, v, backend=path, **masks)
+        return lambda q, k, v, **masks: attention(
+            q, k, v, backend=path, **masks
+        )
     if path == "qkv-flash":
-        return lambda q, k, v, **masks: attention(q, k, v, backend="triton", **masks)
+        return lambda q, k, v, **masks: attention(
+            q, k, v, backend="triton", **masks
+        )
     if path == VARLEN_PATH:
         return _varlen_function()
     if path in DECODE_PATHS:
@@ -202,20 +227,26 @@ def _lower_right(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
             f"{LOWER_RIGHT_PATH} computes bottom-right causal attention without window or padding"
         )
     bias = causal_lower_right(q.size(-2), k.size(-2))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=masks["enable_gqa"])
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias, enable_gqa=masks["enable_gqa"]
+    )
 
 
 def _varlen_function() -> Attention:
     """`qkv.flash_attention_varlen` as a path, on the options of `pack_documents`: checked on its first call,
     then the kernels alone (`qkv.kernels.flash.attend_packed`)."""
-    from qkv.kernels import flash  # imports Triton: only where the path runs, on CUDA
+    from qkv.kernels import (
+        flash,
+    )  # imports Triton: only where the path runs, on CUDA
 
     checked = False
 
     def call(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
         nonlocal checked
         if "cu_seqlens" not in masks:
-            raise ValueError(f"{VARLEN_PATH} runs the packed documents of the varlen suite only")
+            raise ValueError(
+                f"{VARLEN_PATH} runs the packed documents of the varlen suite only"
+            )
         cu_seqlens, longest = masks["cu_seqlens"], masks["max_seqlen"]
         causal, window = masks["is_causal"], masks["window"]
         if not checked:
@@ -249,7 +280,9 @@ def pack_documents(
     lengths = key_lengths(case)
 
     def pack(x: Tensor) -> Tensor:  # (B, heads, S, D) -> (total, heads, D)
-        return torch.cat([x[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
+        return torch.cat(
+            [x[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)]
+        )
 
     cumulative = [0, *itertools.accumulate(lengths)]
     cu_seqlens = torch.tensor(cumulative, dtype=torch.int32, device=q.device)
@@ -263,11 +296,15 @@ def _decode_function(path: str) -> Attention:
 
     `qkv-decode-paged` copies the cache into pages on its first call with a cache, outside the timing.
     """
-    from qkv.kernels import decode  # imports Triton: only where the path runs, on CUDA
+    from qkv.kernels import (
+        decode,
+    )  # imports Triton: only where the path runs, on CUDA
 
     paged = path == "qkv-decode-paged"
     num_splits = 1 if path == "qkv-decode-unsplit" else None
-    prepared: dict[tuple[int, int], tuple] = {}  # (k, v)'s storage -> the kernels' cache arguments
+    prepared: dict[
+        tuple[int, int], tuple
+    ] = {}  # (k, v)'s storage -> the kernels' cache arguments
 
     def call(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
         kept = masks["is_causal"] == "bottom_right" and masks["window"] is None
@@ -276,8 +313,14 @@ def _decode_function(path: str) -> Attention:
                 "decode_attention computes bottom-right causal attention without window or padding"
             )
         if (k.data_ptr(), v.data_ptr()) not in prepared:
-            lengths = torch.full((q.size(0),), k.size(2), device=q.device, dtype=torch.int32)
-            cache = (*to_pages(k, v, DECODE_PAGE_SIZE), lengths) if paged else (k, v, None, lengths)
+            lengths = torch.full(
+                (q.size(0),), k.size(2), device=q.device, dtype=torch.int32
+            )
+            cache = (
+                (*to_pages(k, v, DECODE_PAGE_SIZE), lengths)
+                if paged
+                else (k, v, None, lengths)
+            )
             key_cache, value_cache, tables, _ = cache
             qkv.decode_attention(
                 q,
@@ -289,27 +332,46 @@ def _decode_function(path: str) -> Attention:
             )  # the public checks, once
             prepared.clear()
             prepared[k.data_ptr(), v.data_ptr()] = cache
-        key_cache, value_cache, tables, lengths = prepared[k.data_ptr(), v.data_ptr()]
-        return decode.decode(q, key_cache, value_cache, lengths, tables, num_splits, None)
+        key_cache, value_cache, tables, lengths = prepared[
+            k.data_ptr(), v.data_ptr()
+        ]
+        return decode.decode(
+            q, key_cache, value_cache, lengths, tables, num_splits, None
+        )
 
     return call
 
 
-def to_pages(k: Tensor, v: Tensor, page_size: int) -> tuple[Tensor, Tensor, Tensor]:
+def to_pages(
+    k: Tensor, v: Tensor, page_size: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """A contiguous cache `(B, H_kv, S, D)` as pools `(P, H_kv, page_size, D)` in a seeded shuffled order,
     and the block tables `(B, S / page_size)` that read it back; S must be a multiple of `page_size`."""
     batch, heads_kv, seqlen_k, head_dim = k.shape
     per_sequence = seqlen_k // page_size
     generator = torch.Generator().manual_seed(0)
-    tables = torch.randperm(batch * per_sequence, generator=generator).to(k.device, torch.int32)
-    tables = tables.view(batch, per_sequence)  # (B, max_pages): page n of sequence b
+    tables = torch.randperm(batch * per_sequence, generator=generator).to(
+        k.device, torch.int32
+    )
+    tables = tables.view(
+        batch, per_sequence
+    )  # (B, max_pages): page n of sequence b
     pools = []
     for cache in (k, v):
-        pages = cache.view(batch, heads_kv, per_sequence, page_size, head_dim).transpose(1, 2)
+        pages = cache.view(
+            batch, heads_kv, per_sequence, page_size, head_dim
+        ).transpose(1, 2)
         pool = torch.empty(
-            batch * per_sequence, heads_kv, page_size, head_dim, dtype=k.dtype, device=k.device
+            batch * per_sequence,
+            heads_kv,
+            page_size,
+            head_dim,
+            dtype=k.dtype,
+            device=k.device,
         )
-        pool[tables.flatten()] = pages.flatten(0, 1)  # (B * pages, H_kv, page_size, D)
+        pool[tables.flatten()] = pages.flatten(
+            0, 1
+        )  # (B * pages, H_kv, page_size, D)
         pools.append(pool)
     return *pools, tables
 
@@ -317,14 +379,29 @@ def to_pages(k: Tensor, v: Tensor, page_size: int) -> tuple[Tensor, Tensor, Tens
 def measure(case: Case, device: torch.device) -> dict:
     """Check, tune (a kernel path) and time one case; return its fields with `status`, `ms` (the fastest
     run), `median_ms`, `tflops`, memory, the errors, the launch configuration and `reason`."""
-    record = {**dataclasses.asdict(case), "status": "ok", "ms": None, "median_ms": None}
+    record = {
+        **dataclasses.asdict(case),
+        "status": "ok",
+        "ms": None,
+        "median_ms": None,
+    }
     record |= {"tflops": None, "peak_memory_bytes": None, "reason": None}
-    record |= {"error": None, "allowed_error": None, "errors": None, "gradients_checked": False}
+    record |= {
+        "error": None,
+        "allowed_error": None,
+        "errors": None,
+        "gradients_checked": False,
+    }
     # config: the kernels' pinned configurations (a torch path: its name); autotune: whether an autotuner
     # could search while timing (never: the configurations are pinned); sm_clock_mhz: read just after the
     # timing, the clock the case ran at (near enough)
     config = None if case.path in KERNEL_PATHS else case.path
-    record |= {"config": config, "autotune": False, "tuning": None, "sm_clock_mhz": None}
+    record |= {
+        "config": config,
+        "autotune": False,
+        "tuning": None,
+        "sm_clock_mhz": None,
+    }
     if not runs_on(case, device):
         return record | {"status": "unsupported", "reason": "needs CUDA"}
     try:
@@ -332,7 +409,10 @@ def measure(case: Case, device: torch.device) -> dict:
             inputs = _inputs(case, device)
             check = _checker(case, *inputs)
             found = check()
-            record["errors"], (record["error"], record["allowed_error"]) = found, found["output"]
+            record["errors"], (record["error"], record["allowed_error"]) = (
+                found,
+                found["output"],
+            )
             record["gradients_checked"] = "dq" in found
             failed = gradients.failure(found)
             if failed:
@@ -340,10 +420,17 @@ def measure(case: Case, device: torch.device) -> dict:
             call = _make_call(case, *inputs)
             choice = {}
             if case.path in KERNEL_PATHS:
-                tuned = pinning.tune(kernels(case), case.seqlen_q, _attempt(check, call, device))
-                record["tuning"] = [dataclasses.asdict(trial) for trial in tuned.trials]
+                tuned = pinning.tune(
+                    kernels(case), case.seqlen_q, _attempt(check, call, device)
+                )
+                record["tuning"] = [
+                    dataclasses.asdict(trial) for trial in tuned.trials
+                ]
                 if not tuned.choice:
-                    return record | {"status": "wrong", "reason": "no configuration passed"}
+                    return record | {
+                        "status": "wrong",
+                        "reason": "no configuration passed",
+                    }
                 choice, record["config"] = tuned.choice, tuned.describe()
             with pinning.pinned(choice):
                 call()  # compiles
@@ -352,11 +439,21 @@ def measure(case: Case, device: torch.device) -> dict:
             record["sm_clock_mhz"] = sm_clock_mhz(device)
     except torch.OutOfMemoryError:
         return record | {"status": "oom", "reason": "out of memory"}
-    except (TypeError, ValueError) as error:  # qkv's checks refusing inputs, e.g. qkv-flash in fp32
-        return record | {"status": "unsupported", "reason": str(error).splitlines()[0]}
+    except (
+        TypeError,
+        ValueError,
+    ) as error:  # qkv's checks refusing inputs, e.g. qkv-flash in fp32
+        return record | {
+            "status": "unsupported",
+            "reason": str(error).splitlines()[0],
+        }
     except RuntimeError as error:
         missing = ("no available kernel", "no viable backend")
-        status = "unsupported" if any(m in str(error).lower() for m in missing) else "error"
+        status = (
+            "unsupported"
+            if any(m in str(error).lower() for m in missing)
+            else "error"
+        )
         return record | {
             "status": status,
             "reason": " ".join(reasons) or str(error).splitlines()[0],
@@ -378,7 +475,11 @@ def kernels(case: Case) -> list[str]:
     """The kernels of a kernel path that have launch configurations (`qkv_lab.pinning.KERNELS`)."""
     if case.path in DECODE_PATHS:
         return ["decode"]
-    return ["forward", "dkdv", "dq"] if case.mode == "forward+backward" else ["forward"]
+    return (
+        ["forward", "dkdv", "dq"]
+        if case.mode == "forward+backward"
+        else ["forward"]
+    )
 
 
 def output_gradient(case: Case, q: Tensor) -> Tensor | None:
@@ -387,10 +488,14 @@ def output_gradient(case: Case, q: Tensor) -> Tensor | None:
     if case.mode != "forward+backward":
         return None
     generator = torch.Generator(device=q.device).manual_seed(1)
-    return torch.randn(q.shape, generator=generator, device=q.device, dtype=q.dtype)
+    return torch.randn(
+        q.shape, generator=generator, device=q.device, dtype=q.dtype
+    )
 
 
-def _checker(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> Callable[[], dict]:
+def _checker(
+    case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict
+) -> Callable[[], dict]:
     """`check()`: the case's path against the float32 reference, `{name: (error, allowed)}`.
 
     Every element of the output, and of dQ, dK and dV with a backward (`qkv_lab.gradients`); of packed
@@ -417,7 +522,9 @@ def _attempt(
     return attempt
 
 
-def _inputs(case: Case, device: torch.device) -> tuple[Tensor, Tensor, Tensor, dict]:
+def _inputs(
+    case: Case, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor, dict]:
     """Seeded q `(B, H, L, D)`, k and v `(B, H_kv, S, D)`, and the mask options of `attention`; for
     `qkv-flash-varlen` on documents, the same packed by `pack_documents`."""
     generator = torch.Generator(device=device).manual_seed(0)
@@ -441,7 +548,9 @@ def _inputs(case: Case, device: torch.device) -> tuple[Tensor, Tensor, Tensor, d
     masks = {
         "is_causal": case.causal,
         "window": case.window,
-        "key_lengths": None if lengths is None else torch.tensor(lengths, device=device),
+        "key_lengths": None
+        if lengths is None
+        else torch.tensor(lengths, device=device),
         "enable_gqa": case.heads != case.heads_kv,
     }
     if case.path == VARLEN_PATH and case.documents:
@@ -449,7 +558,9 @@ def _inputs(case: Case, device: torch.device) -> tuple[Tensor, Tensor, Tensor, d
     return q, k, v, masks
 
 
-def check_output(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> tuple[float, float]:
+def check_output(
+    case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict
+) -> tuple[float, float]:
     """The case's error on a block of query rows against float32, and the error it is allowed.
 
     The block is the first `CHECKED_ROWS` rows (the same mask as `(rows, S)`, top-left), or the last ones
@@ -465,12 +576,20 @@ def check_output(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> tu
     causal = "bottom_right" if last and case.causal else case.causal
     q_block = q[:, :, block]
     with torch.no_grad():
-        out = attention_function(case.path)(q, k, v, **masks)[:, :, block].float()
+        out = attention_function(case.path)(q, k, v, **masks)[
+            :, :, block
+        ].float()
         block_masks = masks | {"is_causal": causal}
         expected = attention(
-            q_block.float(), k.float(), v.float(), backend="reference", **block_masks
+            q_block.float(),
+            k.float(),
+            v.float(),
+            backend="reference",
+            **block_masks,
         )
-        torch_own = attention(q_block, k, v, backend="torch", **block_masks).float()
+        torch_own = attention(
+            q_block, k, v, backend="torch", **block_masks
+        ).float()
     return _error_and_allowed(out, expected, torch_own)
 
 
@@ -479,39 +598,65 @@ def _check_documents(
 ) -> tuple[float, float]:
     """`check_output` of a documents case: the first rows of each document, as the reference sees them."""
     if case.causal != "top_left":
-        raise ValueError("documents are checked under the top-left causal mask only")
+        raise ValueError(
+            "documents are checked under the top-left causal mask only"
+        )
     lengths = key_lengths(case)
     rows = min(CHECKED_ROWS, *lengths)
-    starts = torch.tensor([0, *itertools.accumulate(lengths[:-1])], device=q.device)
+    starts = torch.tensor(
+        [0, *itertools.accumulate(lengths[:-1])], device=q.device
+    )
 
     def first_rows(
         x: Tensor,
-    ) -> Tensor:  # (B, heads, rows, D), from (B, heads, S, D) or (total, heads, D)
+    ) -> (
+        Tensor
+    ):  # (B, heads, rows, D), from (B, heads, S, D) or (total, heads, D)
         if x.dim() == 4:
             return x[:, :, :rows]
-        index = starts[:, None] + torch.arange(rows, device=x.device)  # (B, rows)
-        return x[index].transpose(1, 2)  # (B, rows, heads, D) -> (B, heads, rows, D)
+        index = starts[:, None] + torch.arange(
+            rows, device=x.device
+        )  # (B, rows)
+        return x[index].transpose(
+            1, 2
+        )  # (B, rows, heads, D) -> (B, heads, rows, D)
 
     q_block, k_block, v_block = (first_rows(x) for x in (q, k, v))
-    block_masks = {"is_causal": case.causal, "window": case.window, "key_lengths": None}
+    block_masks = {
+        "is_causal": case.causal,
+        "window": case.window,
+        "key_lengths": None,
+    }
     block_masks |= {"enable_gqa": case.heads != case.heads_kv}
     with torch.no_grad():
-        out = first_rows(attention_function(case.path)(q, k, v, **masks)).float()
+        out = first_rows(
+            attention_function(case.path)(q, k, v, **masks)
+        ).float()
         expected = attention(
-            q_block.float(), k_block.float(), v_block.float(), backend="reference", **block_masks
+            q_block.float(),
+            k_block.float(),
+            v_block.float(),
+            backend="reference",
+            **block_masks,
         )
-        torch_own = attention(q_block, k_block, v_block, backend="torch", **block_masks).float()
+        torch_own = attention(
+            q_block, k_block, v_block, backend="torch", **block_masks
+        ).float()
     return _error_and_allowed(out, expected, torch_own)
 
 
-def _error_and_allowed(out: Tensor, expected: Tensor, torch_own: Tensor) -> tuple[float, float]:
+def _error_and_allowed(
+    out: Tensor, expected: Tensor, torch_own: Tensor
+) -> tuple[float, float]:
     """The largest error of `out`, and twice torch's own in the same dtype (plus 1e-5)."""
     error = (out - expected).abs().max().item()
     allowed = 2 * (torch_own - expected).abs().max().item() + 1e-5
     return error, allowed
 
 
-def _make_call(case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict) -> Callable[[], None]:
+def _make_call(
+    case: Case, q: Tensor, k: Tensor, v: Tensor, masks: dict
+) -> Callable[[], None]:
     """A no-argument function that runs the case once (forward, or forward and backward)."""
     backward = case.mode == "forward+backward"
     q, k, v = (x.requires_grad_(backward) for x in (q, k, v))
@@ -540,7 +685,9 @@ def _warnings_as_reason() -> Iterator[list[str]]:
         try:
             yield reasons
         finally:
-            reasons.extend(str(warning.message).splitlines()[0] for warning in caught)
+            reasons.extend(
+                str(warning.message).splitlines()[0] for warning in caught
+            )
 
 
 def cases(args: argparse.Namespace) -> list[Case]:
@@ -557,7 +704,9 @@ def cases(args: argparse.Namespace) -> list[Case]:
     ]
 
 
-def _shapes(suite: str, head_dim: int, args: argparse.Namespace) -> Iterator[tuple[dict, tuple]]:
+def _shapes(
+    suite: str, head_dim: int, args: argparse.Namespace
+) -> Iterator[tuple[dict, tuple]]:
     """The shapes and masks of one suite, as `Case` fields, each with the modes it is measured in."""
     heads = args.hidden // head_dim
     if suite == "square":
@@ -568,18 +717,37 @@ def _shapes(suite: str, head_dim: int, args: argparse.Namespace) -> Iterator[tup
     elif suite == "decode":
         for seqlen_k in (4096, 16384, 65536, 131072):
             for seqlen_q in (1, 4, 16):
-                yield _shape(seqlen_q, seqlen_k, 4, heads, heads, "bottom_right"), ("forward",)
+                yield (
+                    _shape(seqlen_q, seqlen_k, 4, heads, heads, "bottom_right"),
+                    ("forward",),
+                )
     elif suite == "split-kv":
-        for batch, lengths in ((4, (4096, 16384, 65536, 131072)), (16, (4096, 16384, 32768))):
+        for batch, lengths in (
+            (4, (4096, 16384, 65536, 131072)),
+            (16, (4096, 16384, 32768)),
+        ):
             for seqlen_k in lengths:
                 for seqlen_q in (1, 4, 16):
-                    yield _shape(seqlen_q, seqlen_k, batch, 32, 8, "bottom_right"), ("forward",)
+                    yield (
+                        _shape(
+                            seqlen_q, seqlen_k, batch, 32, 8, "bottom_right"
+                        ),
+                        ("forward",),
+                    )
     elif suite == "gqa":
         for n in (4096, 16384):
-            yield _shape(n, n, max(1, args.tokens // n), 32, 8, causal="top_left"), MODES
+            yield (
+                _shape(
+                    n, n, max(1, args.tokens // n), 32, 8, causal="top_left"
+                ),
+                MODES,
+            )
         yield _shape(16, 32768, 4, 32, 8, causal="bottom_right"), ("forward",)
     elif suite == "window":
-        yield _shape(65536, 65536, 1, heads, heads, "top_left", window=4096), MODES
+        yield (
+            _shape(65536, 65536, 1, heads, heads, "top_left", window=4096),
+            MODES,
+        )
     elif suite == "padding":
         for n in (4096, 16384):
             yield _shape(n, n, 4, heads, heads, padded=True), MODES
@@ -587,11 +755,30 @@ def _shapes(suite: str, head_dim: int, args: argparse.Namespace) -> Iterator[tup
         yield _shape(131072, 131072, 1, heads, heads, causal="top_left"), MODES
     elif suite == "varlen":
         for n in (4096, 16384):
-            yield _shape(n, n, 4, heads, heads, "top_left", padded=True, documents=True), MODES
+            yield (
+                _shape(
+                    n,
+                    n,
+                    4,
+                    heads,
+                    heads,
+                    "top_left",
+                    padded=True,
+                    documents=True,
+                ),
+                MODES,
+            )
 
 
-def _shape(seqlen_q, seqlen_k, batch, heads, heads_kv, causal=False, **more) -> dict:
-    fields = {"causal": causal, "seqlen_q": seqlen_q, "seqlen_k": seqlen_k, "batch": batch}
+def _shape(
+    seqlen_q, seqlen_k, batch, heads, heads_kv, causal=False, **more
+) -> dict:
+    fields = {
+        "causal": causal,
+        "seqlen_q": seqlen_q,
+        "seqlen_k": seqlen_k,
+        "batch": batch,
+    }
     return fields | {"heads": heads, "heads_kv": heads_kv, **more}
 
 
@@ -606,15 +793,28 @@ def run(
     """
     device = torch.device(args.device)
     todo = cases(args)
-    report = {"environment": environment(device), "arguments": vars(args), "results": []}
+    report = {
+        "environment": environment(device),
+        "arguments": vars(args),
+        "results": [],
+    }
     # do_bench, the memory statistics and Triton's launches all use the current CUDA device.
-    current = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    current = (
+        torch.cuda.device(device)
+        if device.type == "cuda"
+        else contextlib.nullcontext()
+    )
     with current:
         for index, case in enumerate(todo, start=1):
             if progress:
                 label = f"{case.suite} {case.path} {case.mode} {case.dtype} D={case.head_dim}"
                 label += f" L={case.seqlen_q} S={case.seqlen_k}"
-                print(f"\r[{index:>3}/{len(todo)}] {label:<72}", end="", file=progress, flush=True)
+                print(
+                    f"\r[{index:>3}/{len(todo)}] {label:<72}",
+                    end="",
+                    file=progress,
+                    flush=True,
+                )
             report["results"].append(measure(case, device))
             if on_result:
                 on_result(report)
@@ -627,30 +827,60 @@ def dispatch_table(report: dict) -> list[dict]:
     """The cases that both `torch` and `qkv-flash` ran, as `qkv.dispatch` reads them (`measured.json`)."""
     times: dict[Case, dict[str, float]] = {}
     for record in report["results"]:
-        if record["path"] in ("torch", "qkv-flash") and record["status"] == "ok":
-            case = Case(**{field.name: record[field.name] for field in dataclasses.fields(Case)})
-            times.setdefault(dataclasses.replace(case, path="both"), {})[case.path] = record["ms"]
+        if (
+            record["path"] in ("torch", "qkv-flash")
+            and record["status"] == "ok"
+        ):
+            case = Case(
+                **{
+                    field.name: record[field.name]
+                    for field in dataclasses.fields(Case)
+                }
+            )
+            times.setdefault(dataclasses.replace(case, path="both"), {})[
+                case.path
+            ] = record["ms"]
     env = report["environment"]
-    return [_table_entry(case, ms, env) for case, ms in times.items() if len(ms) == 2]
+    return [
+        _table_entry(case, ms, env)
+        for case, ms in times.items()
+        if len(ms) == 2
+    ]
 
 
 def _table_entry(case: Case, ms: dict[str, float], env: dict) -> dict:
     """One measured case: the GPU, what `call_kind` compares, the shape, both times, the versions."""
 
-    def meta(heads: int, length: int) -> Tensor:  # (B, heads, length, D), no storage
+    def meta(
+        heads: int, length: int
+    ) -> Tensor:  # (B, heads, length, D), no storage
         shape = (case.batch, heads, length, case.head_dim)
         return torch.empty(shape, dtype=DTYPES[case.dtype], device="meta")
 
     padded = torch.empty(case.batch, device="meta") if case.padded else None
     backward = case.mode == "forward+backward"
     q, k = meta(case.heads, case.seqlen_q), meta(case.heads_kv, case.seqlen_k)
-    mask = Mask(alignment=case.causal or None, window=case.window, key_lengths=padded)
+    mask = Mask(
+        alignment=case.causal or None, window=case.window, key_lengths=padded
+    )
     kind = call_kind(q, k, mask, backward)
-    shape = {"seqlen_q": case.seqlen_q, "seqlen_k": case.seqlen_k, "batch": case.batch}
+    shape = {
+        "seqlen_q": case.seqlen_q,
+        "seqlen_k": case.seqlen_k,
+        "batch": case.batch,
+    }
     shape |= {"heads": case.heads, "heads_kv": case.heads_kv}
-    versions = {name: env[name] for name in ("date_utc", "torch", "triton", "cudnn")}
+    versions = {
+        name: env[name] for name in ("date_utc", "torch", "triton", "cudnn")
+    }
     times = {"triton_ms": ms["qkv-flash"], "torch_ms": ms["torch"]}
-    return {"device_name": env["device_name"], **kind, **shape, **times, **versions}
+    return {
+        "device_name": env["device_name"],
+        **kind,
+        **shape,
+        **times,
+        **versions,
+    }
 
 
 def write_table(report: dict, path: Path) -> None:
@@ -660,18 +890,30 @@ def write_table(report: dict, path: Path) -> None:
     table = {"about": about, "cases": []}
     if path.exists():
         table = json.loads(path.read_text(encoding="utf-8"))
-    identity = ("device_name", "dtype", "head_dim", "causal", "window", "key_lengths", "grouped")
+    identity = (
+        "device_name",
+        "dtype",
+        "head_dim",
+        "causal",
+        "window",
+        "key_lengths",
+        "grouped",
+    )
     identity += ("mode", "seqlen_q", "seqlen_k")
 
     def same(case: dict) -> tuple:
         return tuple(case[name] for name in identity)
 
     replaced = {same(case) for case in new}
-    table["cases"] = [case for case in table["cases"] if same(case) not in replaced] + new
+    table["cases"] = [
+        case for case in table["cases"] if same(case) not in replaced
+    ] + new
     write_json(table, path)
 
 
-def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool | str) -> Figure:
+def draw(
+    report: dict, mode: str, dtype: str, head_dim: int, causal: bool | str
+) -> Figure:
     """TFLOP/s against N for one square configuration, a line per path that ran; device and date in the title."""
     from matplotlib.figure import Figure
 
@@ -682,7 +924,8 @@ def draw(report: dict, mode: str, dtype: str, head_dim: int, causal: bool | str)
             (record["seqlen_k"], record["tflops"])
             for record in report["results"]
             if record["suite"] == "square"
-            and (record["path"], record["mode"], record["dtype"]) == (path, mode, dtype)
+            and (record["path"], record["mode"], record["dtype"])
+            == (path, mode, dtype)
             and (record["head_dim"], record["causal"]) == (head_dim, causal)
             and record["tflops"]
         ]
@@ -713,7 +956,10 @@ def plot(report: dict, directory: Path) -> list[Path]:
     written = []
     for mode, dtype, head_dim, causal in configurations:
         masking = "causal" if causal else "full"
-        path = directory / f"{mode.replace('+', '-')}_{dtype}_d{head_dim}_{masking}.png"
+        path = (
+            directory
+            / f"{mode.replace('+', '-')}_{dtype}_d{head_dim}_{masking}.png"
+        )
         draw(report, mode, dtype, head_dim, causal).savefig(path, dpi=120)
         written.append(path)
     return written
@@ -725,15 +971,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="TFLOP/s and peak memory of attention implementations, forward and forward+backward.",
     )
     cuda = torch.cuda.is_available()
-    parser.add_argument("--device", default="cuda" if cuda else "cpu", help="cuda or cpu")
+    parser.add_argument(
+        "--device", default="cuda" if cuda else "cpu", help="cuda or cpu"
+    )
     parser.add_argument(
         "--n",
         type=int,
         nargs="+",
         help="square suite: sequence lengths (default 512 .. 16384 on CUDA, 128 256 on CPU)",
     )
-    parser.add_argument("--head-dim", type=int, nargs="+", default=[64, 128], help="head sizes D")
-    parser.add_argument("--dtype", nargs="+", choices=DTYPES, default=["bf16", "fp16"])
+    parser.add_argument(
+        "--head-dim",
+        type=int,
+        nargs="+",
+        default=[64, 128],
+        help="head sizes D",
+    )
+    parser.add_argument(
+        "--dtype", nargs="+", choices=DTYPES, default=["bf16", "fp16"]
+    )
     parser.add_argument(
         "--causal",
         nargs="+",
@@ -741,26 +997,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=["no", "yes"],
         help="square suite: without and/or with the causal mask",
     )
-    parser.add_argument("--suite", nargs="+", choices=SUITES, default=["square"], help="shapes")
+    parser.add_argument(
+        "--suite", nargs="+", choices=SUITES, default=["square"], help="shapes"
+    )
     parser.add_argument("--mode", nargs="+", choices=MODES, default=list(MODES))
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument(
+        "--paths", nargs="+", choices=PATHS, default=list(PATHS)
+    )
     parser.add_argument(
         "--tokens",
         type=int,
         help="square and gqa suites: batch * N (default 16384 on CUDA, 512 on CPU; batch >= 1)",
     )
     parser.add_argument(
-        "--hidden", type=int, help="heads * D (default 2048 on CUDA, 256 on CPU; must divide by D)"
+        "--hidden",
+        type=int,
+        help="heads * D (default 2048 on CUDA, 256 on CPU; must divide by D)",
     )
-    parser.add_argument("--out", type=Path, default=Path("results.json"), help="JSON report")
-    parser.add_argument("--plot", type=Path, help="directory for one PNG per square configuration")
     parser.add_argument(
-        "--table", type=Path, help="measured table for auto (qkv/kernels/measured.json)"
+        "--out", type=Path, default=Path("results.json"), help="JSON report"
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help="directory for one PNG per square configuration",
+    )
+    parser.add_argument(
+        "--table",
+        type=Path,
+        help="measured table for auto (qkv/kernels/measured.json)",
     )
     args = parser.parse_args(argv)
     on_cuda = args.device.startswith("cuda")
     if on_cuda and not cuda:
-        parser.error("--device cuda: torch sees no CUDA device here; use --device cpu")
+        parser.error(
+            "--device cuda: torch sees no CUDA device here; use --device cpu"
+        )
     args.n = args.n or ([2**i for i in range(9, 15)] if on_cuda else [128, 256])
     args.tokens = args.tokens or (16384 if on_cuda else 512)
     args.hidden = args.hidden or (2048 if on_cuda else 256)
@@ -768,7 +1040,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(
             f"--hidden {args.hidden} must be a multiple of every --head-dim {args.head_dim}"
         )
-    args.causal = [{"no": False, "yes": "top_left"}[answer] for answer in args.causal]
+    args.causal = [
+        {"no": False, "yes": "top_left"}[answer] for answer in args.causal
+    ]
     return args
 
 
@@ -776,14 +1050,19 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; write the JSON report and, if asked, plots and table."""
     args = parse_args(argv)
 
-    def save(report: dict) -> None:  # after every case: a run cut short keeps what it measured
+    def save(
+        report: dict,
+    ) -> None:  # after every case: a run cut short keeps what it measured
         write_json(report, args.out)
         if args.table:
             write_table(report, args.table)
 
     report = run(args, on_result=save)
     save(report)
-    print(f"wrote {args.out}" + (f" and {args.table}" if args.table else ""), file=sys.stderr)
+    print(
+        f"wrote {args.out}" + (f" and {args.table}" if args.table else ""),
+        file=sys.stderr,
+    )
     if args.plot:
         for path in plot(report, args.plot):
             print(f"wrote {path}", file=sys.stderr)

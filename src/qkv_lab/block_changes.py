@@ -38,7 +38,13 @@ from pathlib import Path
 import torch
 
 from qkv.gpt import GPT, GPTConfig
-from qkv_lab.gpt_training import bits_per_byte, encode, site_text, split, train_gpt
+from qkv_lab.gpt_training import (
+    bits_per_byte,
+    encode,
+    site_text,
+    split,
+    train_gpt,
+)
 from qkv_lab.harness import environment, write_json
 from qkv_lab.lab_text import read_text, save_snapshot, text_record
 from qkv_lab.toys import one_thread
@@ -90,9 +96,15 @@ def flops_per_token(config: GPTConfig) -> int:
     """
     e, kv = config.width, config.kv_heads * config.head_dim
     mlp_matrices = 3 if config.mlp == "swiglu" else 2
-    weights = 2 * e * e + 2 * e * kv + mlp_matrices * e * config.mlp_width  # per block
-    scores_and_sum = 2 * config.heads * config.head_dim * config.context  # per block
-    return 2 * (config.layers * (weights + scores_and_sum) + e * config.vocab_size)
+    weights = (
+        2 * e * e + 2 * e * kv + mlp_matrices * e * config.mlp_width
+    )  # per block
+    scores_and_sum = (
+        2 * config.heads * config.head_dim * config.context
+    )  # per block
+    return 2 * (
+        config.layers * (weights + scores_and_sum) + e * config.vocab_size
+    )
 
 
 def run(
@@ -124,7 +136,9 @@ def run(
     seeds of the ladder.
     """
     train, validation = split(encode(text))
-    with one_thread():  # the thread count that training runs with, as `environment` records it
+    with (
+        one_thread()
+    ):  # the thread count that training runs with, as `environment` records it
         machine = environment(torch.device("cpu"))
     report = {
         "what": "bits per byte on the site text's validation split, one change to the block per rung",
@@ -172,7 +186,9 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv_lab.block_changes", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m qkv_lab.block_changes", description=__doc__
+    )
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument(
@@ -180,16 +196,32 @@ def main(argv: list[str] | None = None) -> int:
         "n-gram baselines in it; default: the site now, no baselines (the recorded block-changes.json)"
     )  # fmt: skip
     parser.add_argument(
-        "--rungs", nargs="+", choices=[name for name, _ in CHANGES], help="default: every rung"
+        "--rungs",
+        nargs="+",
+        choices=[name for name, _ in CHANGES],
+        help="default: every rung",
     )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     text = site_text() if args.text is None else read_text(args.text)
     if args.text is not None:
         save_snapshot(text, args.out.parent)
-    rungs = [(name, config) for name, config in ladder() if name in (args.rungs or dict(CHANGES))]
+    rungs = [
+        (name, config)
+        for name, config in ladder()
+        if name in (args.rungs or dict(CHANGES))
+    ]
     seeds = tuple(args.seeds)
-    run(rungs, seeds, args.steps, BATCH, LR, text, args.out, baselines=args.text is not None)
+    run(
+        rungs,
+        seeds,
+        args.steps,
+        BATCH,
+        LR,
+        text,
+        args.out,
+        baselines=args.text is not None,
+    )
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

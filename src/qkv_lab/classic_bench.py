@@ -62,7 +62,9 @@ def modules() -> dict[str, nn.Module]:
     }
 
 
-def additive_stages(attn: AdditiveAttention, x: torch.Tensor) -> dict[str, Callable[[], object]]:
+def additive_stages(
+    attn: AdditiveAttention, x: torch.Tensor
+) -> dict[str, Callable[[], object]]:
     """Each stage of `attn`'s forward pass on `x (B, N, DIM)` as queries, keys and values, on its own."""
     q = attn.query_proj(x)[:, :, None, :]  # (B, L, 1, hidden)
     k = attn.key_proj(x)[:, None, :, :]  # (B, 1, S, hidden)
@@ -98,33 +100,55 @@ def page_faults(call: Callable[[], object]) -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
-def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float = 0.3) -> dict:
+def run(
+    lengths: tuple[int, ...] = LENGTHS,
+    rounds: int = 3,
+    min_run_time: float = 0.3,
+) -> dict:
     """Milliseconds of each module's forward pass and of each additive stage, at every N."""
     scores = modules()
-    ms: dict[tuple, float] = {}  # (kind, name, n or into) -> fastest milliseconds
+    ms: dict[
+        tuple, float
+    ] = {}  # (kind, name, n or into) -> fastest milliseconds
     faults: dict[tuple, int | None] = {}
     with torch.inference_mode():
         for _ in range(rounds):
             for n in lengths:
-                x = torch.randn(BATCH, n, DIM, generator=torch.Generator().manual_seed(n))
+                x = torch.randn(
+                    BATCH, n, DIM, generator=torch.Generator().manual_seed(n)
+                )
                 cases = {
-                    ("module", name): lambda m=m, x=x: m(x, x, x) for name, m in scores.items()
+                    ("module", name): lambda m=m, x=x: m(x, x, x)
+                    for name, m in scores.items()
                 }
                 stages = additive_stages(scores["additive"], x)
-                cases |= {("stage", name): call for name, call in stages.items()}
+                cases |= {
+                    ("stage", name): call for name, call in stages.items()
+                }
                 for (kind, name), call in cases.items():
                     call()  # warm-up
                     best = ms.get((kind, name, n), math.inf)
-                    ms[kind, name, n] = min(best, fastest_ms(call, CPU, min_run_time))
-            numel = BATCH * max(lengths) ** 2 * DIM  # the (B, N, N, hidden) tensor at the longest N
+                    ms[kind, name, n] = min(
+                        best, fastest_ms(call, CPU, min_run_time)
+                    )
+            numel = (
+                BATCH * max(lengths) ** 2 * DIM
+            )  # the (B, N, N, hidden) tensor at the longest N
             for (name, into), call in elementwise(numel).items():
                 call()  # warm-up
                 best = ms.get(("elementwise", name, into), math.inf)
-                ms["elementwise", name, into] = min(best, fastest_ms(call, CPU, min_run_time))
+                ms["elementwise", name, into] = min(
+                    best, fastest_ms(call, CPU, min_run_time)
+                )
                 faults["elementwise", name, into] = page_faults(call)
     return {
         "environment": environment(CPU),
-        "shape": {"batch": BATCH, "dim": DIM, "hidden": DIM, "dtype": "float32"},
+        "shape": {
+            "batch": BATCH,
+            "dim": DIM,
+            "hidden": DIM,
+            "dtype": "float32",
+        },
         "settings": {"rounds": rounds, "min_run_time_s": min_run_time},
         "results": [
             {"module": name, "n": n, "ms": ms["module", name, n]}
@@ -132,7 +156,9 @@ def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float
             for n in lengths
         ],
         "additive_stages": [
-            {"stage": name, "n": n, "ms": ms["stage", name, n]} for name in STAGES for n in lengths
+            {"stage": name, "n": n, "ms": ms["stage", name, n]}
+            for name in STAGES
+            for n in lengths
         ],
         "elementwise": [
             {
@@ -150,11 +176,22 @@ def run(lengths: tuple[int, ...] = LENGTHS, rounds: int = 3, min_run_time: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv_lab.classic_bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m qkv_lab.classic_bench", description=__doc__
+    )
     parser.add_argument("--n", type=int, nargs="+", default=list(LENGTHS))
-    parser.add_argument("--rounds", type=int, default=3, help="sweeps; each case keeps its fastest")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    parser.add_argument("--out", type=Path, default=Path("additive-vs-dot-product.json"))
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="sweeps; each case keeps its fastest",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch threads (default: torch's choice)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("additive-vs-dot-product.json")
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -23,7 +23,11 @@ import torch
 
 from qkv_lab.harness import environment, write_json
 
-CAPABILITIES = ("avx512", "avx2", "default")  # torch's x86 kernel sets, widest first
+CAPABILITIES = (
+    "avx512",
+    "avx2",
+    "default",
+)  # torch's x86 kernel sets, widest first
 SEEDS = range(5)  # the seeds the articles train
 
 
@@ -40,7 +44,9 @@ def toy_results() -> dict:
 
     return {
         "capability": torch.backends.cpu.get_cpu_capability(),
-        "max_token": [{**run, "losses": train_max_token(**run)} for run in MAX_TOKEN_RUNS],
+        "max_token": [
+            {**run, "losses": train_max_token(**run)} for run in MAX_TOKEN_RUNS
+        ],
         "induction": [measure_induction(seed) for seed in SEEDS],
     }
 
@@ -61,7 +67,11 @@ def under(capability: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="where to write the report")
-    parser.add_argument("--here", action="store_true", help="print this process's results as JSON")
+    parser.add_argument(
+        "--here",
+        action="store_true",
+        help="print this process's results as JSON",
+    )
     args = parser.parse_args()
     if args.here:
         print(json.dumps(toy_results()))
@@ -71,7 +81,10 @@ def main() -> None:
     runs = {}
     for capability in CAPABILITIES:
         runs[capability] = under(capability)
-        print(f"{capability}: ran with {runs[capability]['capability']}", file=sys.stderr)
+        print(
+            f"{capability}: ran with {runs[capability]['capability']}",
+            file=sys.stderr,
+        )
     report = {
         "what": "the articles' toys trained once per CPU kernel set of torch, nothing cached",
         "seeds": list(SEEDS),

@@ -39,7 +39,12 @@ from torch import Tensor
 from qkv import efficient
 from qkv.functional import scaled_dot_product_attention
 from qkv.masks import sliding_window_mask
-from qkv_lab.harness import environment, fastest_ms, peak_memory_bytes, write_json
+from qkv_lab.harness import (
+    environment,
+    fastest_ms,
+    peak_memory_bytes,
+    write_json,
+)
 from qkv_lab.remember import remembered
 
 CPU = torch.device("cpu")  # the lab's CPU benchmarks run here
@@ -51,7 +56,11 @@ PROJECTED = 256  # Linformer's projected length
 # first rows of W would repeat the first queries, and the estimate would be far worse than chance.
 RANDOM_MATRICES_SEED = 1_000
 
-CAUSAL = ("window-as-mask", "sliding-window", "linear-causal")  # the methods that mask the future
+CAUSAL = (
+    "window-as-mask",
+    "sliding-window",
+    "linear-causal",
+)  # the methods that mask the future
 QUADRATIC = ("exact", "window-as-mask")  # the methods that build all N^2 scores
 
 Attention = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -85,10 +94,15 @@ def inputs(
     if kind == "diffuse":
         return noise(0.5), noise(0.5), noise()
     if kind != "local":
-        raise ValueError(f"kind must be 'random', 'local' or 'diffuse', got {kind!r}")
+        raise ValueError(
+            f"kind must be 'random', 'local' or 'diffuse', got {kind!r}"
+        )
     position = torch.arange(n)[:, None]  # (N, 1)
     frequency = 10_000 ** (-torch.arange(0, head_dim, 2) / head_dim)  # (D/2,)
-    code = torch.cat([torch.sin(position * frequency), torch.cos(position * frequency)], dim=-1)
+    code = torch.cat(
+        [torch.sin(position * frequency), torch.cos(position * frequency)],
+        dim=-1,
+    )
     return 2 * code + noise(0.5), 2 * code + noise(0.5), noise()
 
 
@@ -99,28 +113,50 @@ def methods(n: int, head_dim: int = 64, seed: int = 0) -> dict[str, Attention]:
     """
     generator = torch.Generator().manual_seed(RANDOM_MATRICES_SEED + seed)
     band = efficient.sparse_mask("longformer", n, BAND, num_global=1)
-    features = efficient.PerformerFeatures(head_dim, FEATURES, generator=generator)
-    projection = efficient.linformer_projection(n, min(PROJECTED, n), generator=generator)
-    rows = 2 ** (int(math.log2(n)) // 2)  # a grid as square as a power of two allows
+    features = efficient.PerformerFeatures(
+        head_dim, FEATURES, generator=generator
+    )
+    projection = efficient.linformer_projection(
+        n, min(PROJECTED, n), generator=generator
+    )
+    rows = 2 ** (
+        int(math.log2(n)) // 2
+    )  # a grid as square as a power of two allows
 
     def axial(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        grid = [x.unflatten(-2, (rows, n // rows)) for x in (q, k, v)]  # (B, H, R, C, D)
+        grid = [
+            x.unflatten(-2, (rows, n // rows)) for x in (q, k, v)
+        ]  # (B, H, R, C, D)
         out = efficient.axial_attention(*grid, "row")
-        out = efficient.axial_attention(out, grid[1], grid[2], "column")  # rows, then columns
+        out = efficient.axial_attention(
+            out, grid[1], grid[2], "column"
+        )  # rows, then columns
         return out.flatten(-3, -2)
 
     window = sliding_window_mask(n, window=WINDOW)
     return {
         "exact": lambda q, k, v: scaled_dot_product_attention(q, k, v),
         "torch-sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-        "window-as-mask": lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=window),
-        "sliding-window": lambda q, k, v: efficient.sliding_window_attention(q, k, v, WINDOW),
-        "block-sparse": lambda q, k, v: efficient.block_sparse_attention(q, k, v, band, BAND),
+        "window-as-mask": lambda q, k, v: scaled_dot_product_attention(
+            q, k, v, attn_mask=window
+        ),
+        "sliding-window": lambda q, k, v: efficient.sliding_window_attention(
+            q, k, v, WINDOW
+        ),
+        "block-sparse": lambda q, k, v: efficient.block_sparse_attention(
+            q, k, v, band, BAND
+        ),
         "axial": axial,
         "linear": lambda q, k, v: efficient.linear_attention(q, k, v),
-        "linear-causal": lambda q, k, v: efficient.linear_attention(q, k, v, causal=True),
-        "performer": lambda q, k, v: efficient.linear_attention(q, k, v, feature_map=features),
-        "linformer": lambda q, k, v: efficient.linformer_attention(q, k, v, projection),
+        "linear-causal": lambda q, k, v: efficient.linear_attention(
+            q, k, v, causal=True
+        ),
+        "performer": lambda q, k, v: efficient.linear_attention(
+            q, k, v, feature_map=features
+        ),
+        "linformer": lambda q, k, v: efficient.linformer_attention(
+            q, k, v, projection
+        ),
     }
 
 
@@ -140,7 +176,11 @@ def relative_errors(
         causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         for causal in (False, True)
     }
-    errors = {"mean-of-values": _relative(v.mean(dim=-2, keepdim=True).expand_as(v), exact[False])}
+    errors = {
+        "mean-of-values": _relative(
+            v.mean(dim=-2, keepdim=True).expand_as(v), exact[False]
+        )
+    }
     for name, attend in methods(n, seed=seed).items():
         if name not in ("exact", "torch-sdpa", "window-as-mask", "axial"):
             errors[name] = _relative(attend(q, k, v), exact[name in CAUSAL])
@@ -163,7 +203,11 @@ def performer_errors(
         phi = efficient.PerformerFeatures(
             q.size(-1), count, orthogonal=orthogonal, generator=generator
         )
-        errors.append(_relative(efficient.linear_attention(q, k, v, feature_map=phi), exact))
+        errors.append(
+            _relative(
+                efficient.linear_attention(q, k, v, feature_map=phi), exact
+            )
+        )
     return errors
 
 
@@ -179,31 +223,47 @@ def fit_exponent(ns: list[int], values: list[float]) -> float:
     return float((x * y).sum() / (x * x).sum())
 
 
-def run(ns: list[int], exact_max: int, rounds: int = 3, progress: bool = True) -> dict:
+def run(
+    ns: list[int], exact_max: int, rounds: int = 3, progress: bool = True
+) -> dict:
     """Time and peak memory of every method at every N (the N^2 ones only up to `exact_max`).
 
     The whole sweep is timed `rounds` times and each case keeps its fastest round, so that a burst of other
     work on the machine has to hit the same case in every round to show.
     """
     cases = [
-        (n, name) for n in ns for name in methods(n) if n <= exact_max or name not in QUADRATIC
+        (n, name)
+        for n in ns
+        for name in methods(n)
+        if n <= exact_max or name not in QUADRATIC
     ]
     ms = dict.fromkeys(cases, math.inf)
     memory = {}
     for round_ in range(rounds):
         for n, name in cases:
             if progress:
-                print(f"\rround {round_ + 1}/{rounds} N={n:<6} {name:<16}", end="", file=sys.stderr)
+                print(
+                    f"\rround {round_ + 1}/{rounds} N={n:<6} {name:<16}",
+                    end="",
+                    file=sys.stderr,
+                )
             q, k, v = inputs(n)
             call = functools.partial(methods(n)[name], q, k, v)
             call()  # warm-up
-            ms[n, name] = min(ms[n, name], fastest_ms(call, CPU, min_run_time=0.3))
+            ms[n, name] = min(
+                ms[n, name], fastest_ms(call, CPU, min_run_time=0.3)
+            )
             if round_ == 0:
                 memory[n, name] = peak_memory_bytes(call, CPU)
     if progress:
         print(file=sys.stderr)
     rows = [
-        {"method": name, "n": n, "ms": ms[n, name], "peak_memory_bytes": memory[n, name]}
+        {
+            "method": name,
+            "n": n,
+            "ms": ms[n, name],
+            "peak_memory_bytes": memory[n, name],
+        }
         for n, name in cases
     ]
     shape = {"batch": 1, "heads": 2, "head_dim": 64, "dtype": "float32"}
@@ -223,17 +283,30 @@ def run(ns: list[int], exact_max: int, rounds: int = 3, progress: bool = True) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv_lab.efficient_bench", description=__doc__)
-    parser.add_argument("--n", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
+    parser = argparse.ArgumentParser(
+        prog="python -m qkv_lab.efficient_bench", description=__doc__
+    )
+    parser.add_argument(
+        "--n", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192]
+    )
     parser.add_argument(
         "--exact-max",
         type=int,
         default=8192,
         help="longest N for the methods that build all N^2 scores",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="sweeps; each case keeps its fastest")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    parser.add_argument("--out", type=Path, default=Path("efficient-attention.json"))
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="sweeps; each case keeps its fastest",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch threads (default: torch's choice)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("efficient-attention.json")
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

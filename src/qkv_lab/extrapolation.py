@@ -18,9 +18,7 @@ from qkv_lab.toys import one_thread
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 TEST_LENGTHS = (32, 64, 128, 256)
-SCORING_SEED = (
-    1_000  # the test sequences: one set for every model, drawn apart from any training seed
-)
+SCORING_SEED = 1_000  # the test sequences: one set for every model, drawn apart from any training seed
 
 
 # --8<-- [start:task]
@@ -57,7 +55,9 @@ class LastSeenModel(nn.Module):
         self.table = nn.Embedding(TRAIN_LENGTH, dim)  # "learned" only
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        )
         self.head = nn.Linear(dim, VALUES + 1)
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -69,7 +69,9 @@ class LastSeenModel(nn.Module):
         if self.positions == "learned":
             x = x + self.table(torch.arange(length))
         q, k, v = (
-            self.qkv(x).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            self.qkv(x)
+            .view(batch, length, 3, self.heads, -1)
+            .permute(2, 0, 3, 1, 4)
         )  # (B, N, 3E) -> 3 x (B, H, N, E/H)
         if self.positions == "rope":
             q, k = qkv.apply_rope(q), qkv.apply_rope(k)
@@ -115,12 +117,16 @@ def accuracy(model: LastSeenModel, length: int) -> float:
 
 
 @remembered
-def accuracies(positions: str, steps: int = 200, seed: int = 0) -> dict[int, float]:
+def accuracies(
+    positions: str, steps: int = 200, seed: int = 0
+) -> dict[int, float]:
     """`{length: accuracy}` of the model trained from `seed`, at every one of
     `TEST_LENGTHS` that it can read (the learned table: only up to its rows)."""
     model = train(positions, steps, seed)
     return {
-        n: accuracy(model, n) for n in TEST_LENGTHS if positions != "learned" or n <= TRAIN_LENGTH
+        n: accuracy(model, n)
+        for n in TEST_LENGTHS
+        if positions != "learned" or n <= TRAIN_LENGTH
     }
 
 

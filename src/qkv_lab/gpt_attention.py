@@ -33,7 +33,9 @@ PASSAGE = "Each new token attends to the tokens before it."
 def _check(model: object, ids: object) -> None:
     """Raise unless `model` is a GPT whose weights can be recomputed and `ids` is a batch it takes."""
     if not isinstance(model, GPT):
-        raise TypeError(f"model must be a qkv.gpt.GPT, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a qkv.gpt.GPT, got {type(model).__name__}"
+        )
     if model.config.positions == "alibi":
         raise ValueError(
             "model uses ALiBi: its weights need the bias, which attention_maps leaves out"
@@ -45,13 +47,21 @@ def _check(model: object, ids: object) -> None:
 def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
     """One block's attention weights, from its own projections: `x (B, L, E)`
     normed -> `(B, H, L, L)`."""
-    q = attn.q_proj(x).unflatten(-1, (attn.heads, -1)).transpose(1, 2)  # (B, L, E) -> (B, H, L, D)
-    k = attn.k_proj(x).unflatten(-1, (attn.kv_heads, -1)).transpose(1, 2)  # (B, Hkv, L, D)
+    q = (
+        attn.q_proj(x).unflatten(-1, (attn.heads, -1)).transpose(1, 2)
+    )  # (B, L, E) -> (B, H, L, D)
+    k = (
+        attn.k_proj(x).unflatten(-1, (attn.kv_heads, -1)).transpose(1, 2)
+    )  # (B, Hkv, L, D)
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
     if attn.rope_base is not None:
-        q = apply_rope(q, positions, base=attn.rope_base, scaling=attn.rope_scaling)
-        k = apply_rope(k, positions, base=attn.rope_base, scaling=attn.rope_scaling)
+        q = apply_rope(
+            q, positions, base=attn.rope_base, scaling=attn.rope_scaling
+        )
+        k = apply_rope(
+            k, positions, base=attn.rope_base, scaling=attn.rope_scaling
+        )
     return attention_weights(
         q, k, is_causal=True, enable_gqa=True, sinks=attn.sinks
     )  # (B, H, L, L)
@@ -74,7 +84,9 @@ def attention_maps(model: GPT, ids: Tensor) -> Tensor:
     maps = []
     for block in model.blocks:
         maps.append(head_weights(block.attn, block.attn_norm(x), positions))
-        x = block(x, positions, Mask(alignment="bottom_right"))  # the model's own block
+        x = block(
+            x, positions, Mask(alignment="bottom_right")
+        )  # the model's own block
     return torch.stack(maps)  # (layers, B, H, L, L)
 
 
@@ -83,7 +95,9 @@ def attention_maps(model: GPT, ids: Tensor) -> Tensor:
 
 # --8<-- [start:ablation]
 @torch.no_grad()
-def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ()) -> Tensor:
+def ablated_bits(
+    model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ()
+) -> Tensor:
     """The bits of each next byte of `ids (B, L)` with the outputs of `heads`
     (layer, head) set to zero.
 
@@ -97,7 +111,9 @@ def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ())
     _check(model, ids)
     zeroed: dict[int, list[int]] = {}
     for layer, head in heads:
-        if not (0 <= layer < model.config.layers and 0 <= head < model.config.heads):
+        if not (
+            0 <= layer < model.config.layers and 0 <= head < model.config.heads
+        ):
             raise ValueError(
                 "heads must be (layer, head) with layer < "
                 f"{model.config.layers} and head < {model.config.heads}, "
@@ -108,14 +124,18 @@ def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ())
     # --8<-- [start:ablation-hook]
     def zero(heads_of_layer: list[int]):
         def hook(_module, inputs: tuple[Tensor]) -> tuple[Tensor]:
-            merged = inputs[0].unflatten(-1, (model.config.heads, -1)).clone()  # (B, L, H, D)
+            merged = (
+                inputs[0].unflatten(-1, (model.config.heads, -1)).clone()
+            )  # (B, L, H, D)
             merged[:, :, heads_of_layer] = 0
             return (merged.flatten(-2),)  # (B, L, H * D), what out_proj reads
 
         return hook
 
     hooks = [
-        model.blocks[layer].attn.out_proj.register_forward_pre_hook(zero(heads_of_layer))
+        model.blocks[layer].attn.out_proj.register_forward_pre_hook(
+            zero(heads_of_layer)
+        )
         for layer, heads_of_layer in zeroed.items()
     ]
     # --8<-- [end:ablation-hook]
@@ -124,7 +144,9 @@ def ablated_bits(model: GPT, ids: Tensor, heads: Iterable[tuple[int, int]] = ())
     finally:
         for hook in hooks:
             hook.remove()
-    nats = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (B, L - 1)
+    nats = F.cross_entropy(
+        logits.transpose(1, 2), ids[:, 1:], reduction="none"
+    )  # (B, L - 1)
     return nats / math.log(2)
 
 

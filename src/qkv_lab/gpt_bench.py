@@ -27,7 +27,12 @@ from qkv_lab.harness import environment, fastest_ms, write_json
 
 CPU = torch.device("cpu")
 PROMPT = "## Exercises\n\n"  # 14 bytes
-NEW_TOKENS = (16, 32, 64, 112)  # the longest fills the context of 128 after the prompt
+NEW_TOKENS = (
+    16,
+    32,
+    64,
+    112,
+)  # the longest fills the context of 128 after the prompt
 
 
 # --8<-- [start:uncached]
@@ -42,8 +47,12 @@ def generate_uncached(model: GPT, ids: Tensor, max_new_tokens: int) -> Tensor:
     """
     check_sizes(0, max_new_tokens=max_new_tokens)
     for _ in range(max_new_tokens):
-        logits = model(ids)[:, -1]  # (B, L, V) -> (B, V): the whole prefix, every step
-        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)  # (B, L + 1)
+        logits = model(ids)[
+            :, -1
+        ]  # (B, L, V) -> (B, V): the whole prefix, every step
+        ids = torch.cat(
+            [ids, logits.argmax(-1, keepdim=True)], dim=1
+        )  # (B, L + 1)
     return ids
 
 
@@ -70,14 +79,18 @@ def run(
         "cached": lambda n: generate(model, prompt, n, temperature=0),
         "uncached": lambda n: generate_uncached(model, prompt, n),
     }
-    same = all(torch.equal(calls["cached"](n), calls["uncached"](n)) for n in new_tokens)
+    same = all(
+        torch.equal(calls["cached"](n), calls["uncached"](n))
+        for n in new_tokens
+    )
     ms = {(name, n): math.inf for name in calls for n in new_tokens}
     for _ in range(rounds):
         for n in new_tokens:
             for name, call in calls.items():
                 call(n)  # warm-up
                 ms[name, n] = min(
-                    ms[name, n], fastest_ms(lambda c=call, n=n: c(n), CPU, min_run_time)
+                    ms[name, n],
+                    fastest_ms(lambda c=call, n=n: c(n), CPU, min_run_time),
                 )
     return {
         "what": "milliseconds to generate n bytes greedily with the site GPT, batch 1, float32",
@@ -101,9 +114,18 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv_lab.gpt_bench", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=3, help="sweeps; each case keeps its fastest")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser = argparse.ArgumentParser(
+        prog="python -m qkv_lab.gpt_bench", description=__doc__
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="sweeps; each case keeps its fastest",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch threads (default: torch's choice)"
+    )
     parser.add_argument("--out", type=Path, default=Path("small-gpt.json"))
     args = parser.parse_args(argv)
     if args.threads:

@@ -35,7 +35,9 @@ from qkv_lab.toys import one_thread
 # --8<-- [start:config]
 # Llama's shape: RMSNorm, SwiGLU, RoPE, grouped-query attention (2 key-value
 # heads), tied embeddings
-SITE_CONFIG = GPTConfig(vocab_size=256, width=64, layers=3, heads=4, kv_heads=2, context=128)
+SITE_CONFIG = GPTConfig(
+    vocab_size=256, width=64, layers=3, heads=4, kv_heads=2, context=128
+)
 STEPS, BATCH, LR, SEED = 1000, 8, 5e-3, 0  # about a minute on one thread
 VALIDATION = 0.1  # the last tenth of the text
 # --8<-- [end:config]
@@ -44,8 +46,12 @@ VALIDATION = 0.1  # the last tenth of the text
 def site_text() -> str:
     """The articles' Markdown, joined in file-name order by a newline (see the module docstring)."""
     folder = files(__package__).joinpath("articles")
-    names = sorted(path.name for path in folder.iterdir() if path.name.endswith(".md"))
-    return "\n".join(folder.joinpath(name).read_text(encoding="utf-8") for name in names)
+    names = sorted(
+        path.name for path in folder.iterdir() if path.name.endswith(".md")
+    )
+    return "\n".join(
+        folder.joinpath(name).read_text(encoding="utf-8") for name in names
+    )
 
 
 def encode(text: str) -> Tensor:
@@ -58,7 +64,9 @@ def decode(ids: Tensor) -> str:
     return bytes(ids.tolist()).decode("utf-8", errors="replace")
 
 
-def split(data: Tensor, validation: float = VALIDATION) -> tuple[Tensor, Tensor]:
+def split(
+    data: Tensor, validation: float = VALIDATION
+) -> tuple[Tensor, Tensor]:
     """`(train, validation)`: the first `1 - validation` of `data`, and the rest."""
     cut = round(len(data) * (1 - validation))
     return data[:cut], data[cut:]
@@ -86,7 +94,9 @@ def ngram_bits_per_byte(train: bytes, validation: bytes, order: int) -> float:
     """
     check_sizes(order=order)
     if len(validation) < 2:
-        raise ValueError(f"validation must hold at least 2 bytes, got {len(validation)}")
+        raise ValueError(
+            f"validation must hold at least 2 bytes, got {len(validation)}"
+        )
     # --8<-- [start:ngram-counts]
     follows = Counter()  # c(h, w), h of 0 to order - 1 bytes
     for n in range(1, order + 1):
@@ -106,7 +116,9 @@ def ngram_bits_per_byte(train: bytes, validation: bytes, order: int) -> float:
 
     # --8<-- [end:ngram-counts]
     bits = [
-        -math.log2(probability(validation[max(0, i - order + 1) : i], validation[i]))
+        -math.log2(
+            probability(validation[max(0, i - order + 1) : i], validation[i])
+        )
         for i in range(1, len(validation))
     ]
     return sum(bits) / len(bits)
@@ -126,13 +138,22 @@ def bits_per_byte(model: GPT, validation: Tensor) -> float:
         ValueError: a `validation` of fewer than 2 bytes.
     """
     if len(validation) < 2:
-        raise ValueError(f"validation must hold at least 2 bytes, got {len(validation)}")
+        raise ValueError(
+            f"validation must hold at least 2 bytes, got {len(validation)}"
+        )
     context = model.config.context
-    windows = [validation[s : s + context + 1] for s in range(0, len(validation) - 1, context)]
+    windows = [
+        validation[s : s + context + 1]
+        for s in range(0, len(validation) - 1, context)
+    ]
     *full, last = windows
-    batches = [torch.stack(full[i : i + 64]) for i in range(0, len(full), 64)] + [last[None]]
+    batches = [
+        torch.stack(full[i : i + 64]) for i in range(0, len(full), 64)
+    ] + [last[None]]
     nats = sum(
-        F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten(), reduction="sum").item()
+        F.cross_entropy(
+            model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten(), reduction="sum"
+        ).item()
         for x in batches  # (B, context + 1) bytes -> logits (B, context, V)
     )
     return nats / (len(validation) - 1) / math.log(2)
@@ -181,10 +202,14 @@ def train_gpt(
     with one_thread():
         # --8<-- [start:train-step]
         for _ in range(steps):
-            starts = torch.randint(len(train) - config.context, (batch, 1), generator=generator)
+            starts = torch.randint(
+                len(train) - config.context, (batch, 1), generator=generator
+            )
             windows = train[starts + offsets]  # (B, C + 1)
             logits = model(windows[:, :-1])  # (B, C, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
+            loss = F.cross_entropy(
+                logits.flatten(0, 1), windows[:, 1:].flatten()
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -200,7 +225,12 @@ def train_gpt(
 
 @remembered
 def _train_site_gpt(
-    text_sha256: str, config: GPTConfig, steps: int, batch: int, lr: float, seed: int
+    text_sha256: str,
+    config: GPTConfig,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
 ) -> dict:
     """`train_gpt` on the site's training split, as plain data: weights, losses, seconds taken."""
     train, _ = split(encode(site_text()))
@@ -227,7 +257,10 @@ def site_report() -> dict[str, float]:
     """Bits per byte on the validation split: the trained model's and the three n-gram baselines'."""
     model, _ = trained_site_gpt()
     train, validation = split(encode(site_text()))
-    train_bytes, validation_bytes = bytes(train.tolist()), bytes(validation.tolist())
+    train_bytes, validation_bytes = (
+        bytes(train.tolist()),
+        bytes(validation.tolist()),
+    )
     report = {
         name: ngram_bits_per_byte(train_bytes, validation_bytes, order)
         for order, name in enumerate(("unigram", "bigram", "trigram"), start=1)
@@ -237,7 +270,9 @@ def site_report() -> dict[str, float]:
     return report
 
 
-def sample(model: GPT, prompt: str, length: int, **sampling: float | int) -> str:
+def sample(
+    model: GPT, prompt: str, length: int, **sampling: float | int
+) -> str:
     """`prompt` continued by `length` bytes; `sampling` as for `qkv.gpt.generate` (temperature, seed...)."""
     ids = encode(prompt)[None]  # (1, N)
     with one_thread():

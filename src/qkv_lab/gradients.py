@@ -25,8 +25,14 @@ from torch import Tensor
 
 from qkv.dispatch import attention
 
-FACTORS = {"output": 2.0, "dq": 3.0, "dk": 3.0, "dv": 3.0}  # times torch's own error
-ABSOLUTE = 1e-5  # added to the allowed error, for results torch happens to get exactly
+FACTORS = {
+    "output": 2.0,
+    "dq": 3.0,
+    "dk": 3.0,
+    "dv": 3.0,
+}  # times torch's own error
+# added to the allowed error, for results torch happens to get exactly
+ABSOLUTE = 1e-5
 BLOCK_SCORES = (
     2**27
 )  # scores per reference block (512 MiB of float32, a few times that with autograd)
@@ -60,7 +66,12 @@ def run(
 
 
 def block_mask(
-    rows: Tensor, keys: int, offset: int, causal: bool, window: int | None, kept: int
+    rows: Tensor,
+    keys: int,
+    offset: int,
+    causal: bool,
+    window: int | None,
+    kept: int,
 ) -> Tensor:
     """Which of the first `keys` keys each query of `rows` may attend: bool `(len(rows), keys)`.
 
@@ -109,32 +120,53 @@ def reference(
     offset = seqlen_k - seqlen_q if causal == "bottom_right" else 0
     window = masks.get("window")
     lengths = masks.get("key_lengths")
-    lengths = [seqlen_k] * batch if lengths is None else lengths.clamp(0, seqlen_k).tolist()
+    lengths = (
+        [seqlen_k] * batch
+        if lengths is None
+        else lengths.clamp(0, seqlen_k).tolist()
+    )
     step = max(1, block_scores // (group * seqlen_k))  # query rows per block
-    out = torch.zeros((*q.shape[:3], v.size(-1)), dtype=torch.float32, device=q.device)
+    out = torch.zeros(
+        (*q.shape[:3], v.size(-1)), dtype=torch.float32, device=q.device
+    )
     grads = None
     if d_out is not None:
-        grads = [torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in (q, k, v)]
+        grads = [
+            torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+            for x in (q, k, v)
+        ]
     for b in range(batch):
         for kv_head in range(heads_kv):
             members = slice(kv_head * group, (kv_head + 1) * group)
             for first in range(0, seqlen_q, step):
                 last = min(first + step, seqlen_q)  # rows [first, last)
                 # a causal block reaches no key past its last row's diagonal
-                keys = min(seqlen_k, max(0, last + offset)) if causal else seqlen_k
+                keys = (
+                    min(seqlen_k, max(0, last + offset)) if causal else seqlen_k
+                )
                 if keys == 0:
                     continue  # no row of the block may attend a key: zeros, as initialised
                 rows = torch.arange(first, last, device=q.device)
-                mask = block_mask(rows, keys, offset, bool(causal), window, lengths[b])
+                mask = block_mask(
+                    rows, keys, offset, bool(causal), window, lengths[b]
+                )
                 inputs = (
                     q[b : b + 1, members, first:last],  # (1, group, rows, D)
-                    k[b : b + 1, kv_head : kv_head + 1, :keys],  # (1, 1, keys, D)
+                    k[
+                        b : b + 1, kv_head : kv_head + 1, :keys
+                    ],  # (1, 1, keys, D)
                     v[b : b + 1, kv_head : kv_head + 1, :keys],
                 )
-                inputs = [x.detach().float().requires_grad_(d_out is not None) for x in inputs]
+                inputs = [
+                    x.detach().float().requires_grad_(d_out is not None)
+                    for x in inputs
+                ]
                 with torch.set_grad_enabled(d_out is not None):
                     block = attention(
-                        *inputs, attn_mask=mask, backend="reference", enable_gqa=group > 1
+                        *inputs,
+                        attn_mask=mask,
+                        backend="reference",
+                        enable_gqa=group > 1,
                     )
                 out[b, members, first:last] = block[0].detach()
                 if grads is None:
@@ -161,14 +193,18 @@ class Check:
         d_out: the gradient of the output, for a check of dQ, dK and dV too; None for the output alone.
     """
 
-    def __init__(self, q: Tensor, k: Tensor, v: Tensor, masks: dict, d_out: Tensor | None) -> None:
+    def __init__(
+        self, q: Tensor, k: Tensor, v: Tensor, masks: dict, d_out: Tensor | None
+    ) -> None:
         self.inputs = (q, k, v)
         self.masks = masks
         self.d_out = d_out
         self.expected = reference(q, k, v, masks, d_out)
         self.yardstick = run(torch_own, q, k, v, masks, d_out)
 
-    def errors(self, function: Callable[..., Tensor]) -> dict[str, tuple[float, float]]:
+    def errors(
+        self, function: Callable[..., Tensor]
+    ) -> dict[str, tuple[float, float]]:
         """`errors` of `function(q, k, v, **masks)` (and its gradients) against the reference."""
         actual = run(function, *self.inputs, self.masks, self.d_out)
         return errors(actual, self.expected, self.yardstick)
@@ -202,4 +238,7 @@ def failure(found: dict[str, tuple[float, float]]) -> str | None:
     ]
     if not over:
         return None
-    return "differs from the float32 reference by more than the rule allows: " + ", ".join(over)
+    return (
+        "differs from the float32 reference by more than the rule allows: "
+        + ", ".join(over)
+    )

@@ -34,9 +34,7 @@ from typing import NamedTuple
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-TIMING = (
-    "fastest of repeated runs (CUDA: triton.testing.do_bench; CPU: torch.utils.benchmark blocks)"
-)
+TIMING = "fastest of repeated runs (CUDA: triton.testing.do_bench; CPU: torch.utils.benchmark blocks)"
 
 
 class Timing(NamedTuple):
@@ -65,7 +63,9 @@ def timing_ms(
     from torch.utils import benchmark
 
     timer = benchmark.Timer(
-        stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads()
+        stmt="call()",
+        globals={"call": call},
+        num_threads=torch.get_num_threads(),
     )
     times = sorted(timer.blocked_autorange(min_run_time=min_run_time).times)
     return Timing(times[0] * 1e3, statistics.median(times) * 1e3)
@@ -78,7 +78,9 @@ def fastest_ms(
     return timing_ms(call, device, min_run_time).min_ms
 
 
-def graphed(call: Callable[[], object], device: torch.device) -> tuple[Callable[[], object], bool]:
+def graphed(
+    call: Callable[[], object], device: torch.device
+) -> tuple[Callable[[], object], bool]:
     """`(replay, True)`: one `call()` captured in a CUDA graph and the function that replays it; on a
     CPU, `(call, False)`.
 
@@ -90,7 +92,9 @@ def graphed(call: Callable[[], object], device: torch.device) -> tuple[Callable[
         return call, False
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):  # warm-up on a side stream, as torch's CUDA graph notes advise
+    with torch.cuda.stream(
+        side
+    ):  # warm-up on a side stream, as torch's CUDA graph notes advise
         call()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
@@ -99,7 +103,9 @@ def graphed(call: Callable[[], object], device: torch.device) -> tuple[Callable[
     return graph.replay, True
 
 
-def kernel_launches(call: Callable[[], object], device: torch.device) -> list[str] | None:
+def kernel_launches(
+    call: Callable[[], object], device: torch.device
+) -> list[str] | None:
     """The names of the GPU kernels that one `call()` launches, in order; None on a CPU, or where the
     profiler sees no GPU activity (no CUPTI)."""
     if device.type != "cuda":
@@ -144,11 +150,14 @@ def peak_memory_bytes(call: Callable[[], object], device: torch.device) -> int:
         call()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True
+    ) as profiler:
         call()
     changes = [
         (event.time_range.start, event.cpu_memory_usage)
-        if event.name == "[memory]"  # a free (or allocation) outside any operator
+        if event.name
+        == "[memory]"  # a free (or allocation) outside any operator
         else (event.time_range.start, event.self_cpu_memory_usage)
         for event in profiler.events()
     ]
@@ -162,7 +171,9 @@ def peak_memory_bytes(call: Callable[[], object], device: torch.device) -> int:
 def environment(device: torch.device) -> dict:
     """Where and when the numbers were taken: device, clocks, versions, platform, UTC date, timing rule."""
     info = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        ),
         "device": str(device),
         "device_name": _cpu_name(),
         "python": platform.python_version(),
@@ -183,10 +194,20 @@ def environment(device: torch.device) -> dict:
 
 def nvidia_smi_clocks() -> dict | None:
     """SM and memory clocks (current and maximum, MHz) and the driver, as nvidia-smi reports them."""
-    fields = ["clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "driver_version"]
+    fields = [
+        "clocks.sm",
+        "clocks.max.sm",
+        "clocks.mem",
+        "clocks.max.mem",
+        "driver_version",
+    ]
     try:
         result = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            [
+                "nvidia-smi",
+                f"--query-gpu={','.join(fields)}",
+                "--format=csv,noheader,nounits",
+            ],
             capture_output=True,
             text=True,
             timeout=10,
@@ -194,20 +215,26 @@ def nvidia_smi_clocks() -> dict | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    values = [value.strip() for value in result.stdout.splitlines()[0].split(",")]
+    values = [
+        value.strip() for value in result.stdout.splitlines()[0].split(",")
+    ]
     return dict(zip(fields, values, strict=False))
 
 
 def write_json(data: dict, path: Path) -> None:
     """Write `data` (a report, the measured table) to `path` as indented JSON, creating its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8"
+    )
 
 
 def _cpu_name() -> str:
     """The CPU's model name from /proc/cpuinfo where there is one, else what `platform` knows."""
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+        for line in (
+            Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+        ):
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()

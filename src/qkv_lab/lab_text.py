@@ -51,7 +51,9 @@ def read_text(path: str | Path) -> str:
     if not path.exists() and path.name == str(path):
         path = Path(str(files("qkv_lab.results").joinpath(path.name)))
     data = path.read_bytes()
-    return (lzma.decompress(data) if path.suffix == ".xz" else data).decode("utf-8")
+    return (lzma.decompress(data) if path.suffix == ".xz" else data).decode(
+        "utf-8"
+    )
 
 
 def text_record(text: str) -> dict:
@@ -63,7 +65,10 @@ def text_record(text: str) -> dict:
         the training split.
     """
     train, validation = split(encode(text))
-    train_bytes, validation_bytes = bytes(train.tolist()), bytes(validation.tolist())
+    train_bytes, validation_bytes = (
+        bytes(train.tolist()),
+        bytes(validation.tolist()),
+    )
     return {
         "text_sha256": text_sha256(text),
         "text_file": snapshot_name(text),

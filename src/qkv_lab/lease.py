@@ -80,7 +80,9 @@ class Tools:
     """How the lease times, reads the clock, captures graphs and counts launches: fakes in the tests."""
 
     device: torch.device
-    timer: Callable[[Callable[[], object], torch.device], Timing] = harness.timing_ms
+    timer: Callable[[Callable[[], object], torch.device], Timing] = (
+        harness.timing_ms
+    )
     clock: Callable[[torch.device], int | None] = harness.sm_clock_mhz
     graphed: Callable = harness.graphed
     launches: Callable = harness.kernel_launches
@@ -109,7 +111,9 @@ def cases(step: str, plan: Plan) -> list[bench.Case]:
             for queries in plan.decode_queries
             for keys in plan.decode_keys
         ]  # fmt: skip
-    raise ValueError(f"step must be one of {STEPS[:3]} (confirm replays them), got {step!r}")
+    raise ValueError(
+        f"step must be one of {STEPS[:3]} (confirm replays them), got {step!r}"
+    )
 
 
 def op(case: bench.Case) -> str:
@@ -138,7 +142,9 @@ class Checked:
         self.case = case
         self.q, self.k, self.v, self.masks = bench._inputs(case, device)
         d_out = bench.output_gradient(case, self.q)
-        self.reference = gradients.Check(self.q, self.k, self.v, self.masks, d_out)
+        self.reference = gradients.Check(
+            self.q, self.k, self.v, self.masks, d_out
+        )
 
     def check(self, path: str) -> tuple[dict, str | None]:
         """The path's errors against the reference, and why they fail the rule (None if they pass)."""
@@ -148,7 +154,11 @@ class Checked:
     def call(self, path: str) -> Callable[[], None]:
         """A no-argument function that runs the path once, as it is timed."""
         return bench._make_call(
-            dataclasses.replace(self.case, path=path), self.q, self.k, self.v, self.masks
+            dataclasses.replace(self.case, path=path),
+            self.q,
+            self.k,
+            self.v,
+            self.masks,
         )
 
 
@@ -176,20 +186,30 @@ def time_path(
         record |= {"status": "oom", "reason": "out of memory"}
         return "out of memory"
     except (TypeError, ValueError, RuntimeError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = (
+            str(error).splitlines()[0] if str(error) else type(error).__name__
+        )
         record |= {"status": "unsupported", "reason": reason}
         return reason
-    record |= {"status": "ok", "min_ms": timing.min_ms, "median_ms": timing.median_ms}
+    record |= {
+        "status": "ok",
+        "min_ms": timing.min_ms,
+        "median_ms": timing.median_ms,
+    }
     record["sm_clock_mhz"] = tools.clock(tools.device)
     return timing
 
 
-def _in_graph(call: Callable[[], None], tools: Tools, record: dict) -> tuple[Callable, bool]:
+def _in_graph(
+    call: Callable[[], None], tools: Tools, record: dict
+) -> tuple[Callable, bool]:
     """`tools.graphed(call)`, or the call itself where the capture fails (the reason in `record`)."""
     try:
         return tools.graphed(call, tools.device)
     except RuntimeError as error:
-        record["graph_error"] = str(error).splitlines()[0] if str(error) else type(error).__name__
+        record["graph_error"] = (
+            str(error).splitlines()[0] if str(error) else type(error).__name__
+        )
         if tools.device.type == "cuda":
             torch.cuda.synchronize(tools.device)
         return call, False
@@ -209,17 +229,28 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
     """
     checked = Checked(case, tools.device)
     kernel_path = case.path
-    record = {**dataclasses.asdict(case), "paths": {}, "tuning": [], "config": {}}
+    record = {
+        **dataclasses.asdict(case),
+        "paths": {},
+        "tuning": [],
+        "config": {},
+    }
 
-    def attempt(choice: dict) -> Timing | str:  # runs pinned to `choice` (pinning.tune)
+    def attempt(
+        choice: dict,
+    ) -> Timing | str:  # runs pinned to `choice` (pinning.tune)
         result: dict = {}
         outcome = time_path(checked, kernel_path, tools, result, count=False)
         if isinstance(outcome, str) and result["status"] != "wrong":
-            raise RuntimeError(outcome)  # did not run: the trial is an error, not a wrong result
+            raise RuntimeError(
+                outcome
+            )  # did not run: the trial is an error, not a wrong result
         return outcome
 
     fixed = {
-        kernel: config for kernel, config in (fixed or {}).items() if kernel in bench.kernels(case)
+        kernel: config
+        for kernel, config in (fixed or {}).items()
+        if kernel in bench.kernels(case)
     }
     tuned = pinning.tune(
         [kernel for kernel in bench.kernels(case) if kernel not in fixed],
@@ -230,13 +261,20 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
     record["tuning"] = [dataclasses.asdict(trial) for trial in tuned.trials]
     kernel_record = {"autotune": False, "config": tuned.describe() or None}
     if tuned.choice:
-        record["config"] = {kernel: pinning.as_dict(c) for kernel, c in tuned.choice.items()}
+        record["config"] = {
+            kernel: pinning.as_dict(c) for kernel, c in tuned.choice.items()
+        }
         with pinning.pinned(tuned.choice):
             time_path(checked, kernel_path, tools, kernel_record)
     else:
-        kernel_record |= {"status": "wrong", "reason": "no configuration passed the check"}
+        kernel_record |= {
+            "status": "wrong",
+            "reason": "no configuration passed the check",
+        }
     record["paths"][kernel_path] = kernel_record
-    torch_paths = DECODE_TORCH_PATHS if case.suite == "decode" else SQUARE_TORCH_PATHS
+    torch_paths = (
+        DECODE_TORCH_PATHS if case.suite == "decode" else SQUARE_TORCH_PATHS
+    )
     for path in torch_paths:
         record["paths"][path] = {"config": path}
         time_path(checked, path, tools, record["paths"][path])
@@ -248,7 +286,10 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
 def summary_line(record: dict) -> dict | None:
     """The summary's line of a raw record, or None where the kernel or every torch path has no time."""
     case = bench.Case(
-        **{field.name: record[field.name] for field in dataclasses.fields(bench.Case)}
+        **{
+            field.name: record[field.name]
+            for field in dataclasses.fields(bench.Case)
+        }
     )
     paths = record["paths"]
     kernel = paths[case.path]
@@ -277,14 +318,20 @@ class Run:
         env = harness.environment(device)
         date = env["date_utc"][:10]
         self.folder = run_folder(root, date, env["device_name"])
-        versions = {name: env[name] for name in ("torch", "triton", "cudnn", "python")}
+        versions = {
+            name: env[name] for name in ("torch", "triton", "cudnn", "python")
+        }
         versions["cuda"] = torch.version.cuda
         versions["driver"] = (env["gpu_clocks"] or {}).get("driver_version")
-        self.summary = Summary(self.folder / "summary.json", date, env["device_name"], versions)
+        self.summary = Summary(
+            self.folder / "summary.json", date, env["device_name"], versions
+        )
         self.raw_path = self.folder / "cases.json"
         self.raw = {"environment": env, "cases": []}
         if self.raw_path.exists():
-            self.raw["cases"] = json.loads(self.raw_path.read_text(encoding="utf-8"))["cases"]
+            self.raw["cases"] = json.loads(
+                self.raw_path.read_text(encoding="utf-8")
+            )["cases"]
         write_whole(env, self.folder / "environment.json")
 
     def done(self, case: bench.Case) -> bool:
@@ -293,7 +340,9 @@ class Run:
 
     def record(self, record: dict) -> None:
         """Keep the raw record and its summary line; write both files."""
-        self.raw["cases"] = [r for r in self.raw["cases"] if not _same_case(r, record)] + [record]
+        self.raw["cases"] = [
+            r for r in self.raw["cases"] if not _same_case(r, record)
+        ] + [record]
         write_whole(self.raw, self.raw_path)
         line = summary_line(record)
         if line is not None:
@@ -304,18 +353,28 @@ class Run:
         forward = dataclasses.replace(case, mode="forward")
         for record in self.raw["cases"]:
             if _same_case(record, forward) and "forward" in record["config"]:
-                return {"forward": pinning.from_dict(record["config"]["forward"])}
+                return {
+                    "forward": pinning.from_dict(record["config"]["forward"])
+                }
         return {}
 
 
 def _same_case(record: dict | bench.Case, case: dict | bench.Case) -> bool:
     fields = [field.name for field in dataclasses.fields(bench.Case)]
-    as_dict = [c if isinstance(c, dict) else dataclasses.asdict(c) for c in (record, case)]
+    as_dict = [
+        c if isinstance(c, dict) else dataclasses.asdict(c)
+        for c in (record, case)
+    ]
     return all(as_dict[0][name] == as_dict[1][name] for name in fields)
 
 
 def measure_steps(
-    run: Run, steps: list[str], plan: Plan, tools: Tools, deadline: float, log=None
+    run: Run,
+    steps: list[str],
+    plan: Plan,
+    tools: Tools,
+    deadline: float,
+    log=None,
 ) -> list[str]:
     """Measure the cases of `steps` not yet in the run folder until `deadline` (time.monotonic);
     return a line for each case, measured or left."""
@@ -329,11 +388,17 @@ def measure_steps(
                 lines.append(f"{label}: left, out of time")
             else:
                 started = time.monotonic()
-                fixed = run.forward_choice(case) if case.mode == "forward+backward" else None
+                fixed = (
+                    run.forward_choice(case)
+                    if case.mode == "forward+backward"
+                    else None
+                )
                 record = measure(case, tools, fixed)
                 record["seconds"] = round(time.monotonic() - started, 1)
                 run.record(record)
-                lines.append(f"{label}: {_outcome(record)} ({record['seconds']} s)")
+                lines.append(
+                    f"{label}: {_outcome(record)} ({record['seconds']} s)"
+                )
             print(lines[-1], file=log or sys.stderr, flush=True)
     return lines
 
@@ -345,7 +410,9 @@ def _outcome(record: dict) -> str:
         if result.get("status") == "ok":
             parts.append(f"{path} {result['min_ms']:.4g} ms")
         else:
-            parts.append(f"{path} {result.get('status')}: {result.get('reason')}")
+            parts.append(
+                f"{path} {result.get('status')}: {result.get('reason')}"
+            )
     return ", ".join(parts)
 
 
@@ -356,10 +423,14 @@ def confirm(run: Run, tools: Tools, deadline: float, log=None) -> list[str]:
     path = run.folder / "confirm.json"
     confirmed = {"environment": run.raw["environment"], "results": []}
     if path.exists():
-        confirmed["results"] = json.loads(path.read_text(encoding="utf-8"))["results"]
+        confirmed["results"] = json.loads(path.read_text(encoding="utf-8"))[
+            "results"
+        ]
     lines = []
     for record in list(run.raw["cases"]):
-        case = bench.Case(**{f.name: record[f.name] for f in dataclasses.fields(bench.Case)})
+        case = bench.Case(
+            **{f.name: record[f.name] for f in dataclasses.fields(bench.Case)}
+        )
         line = summary_line(record)
         if line is None or not record["config"]:
             continue
@@ -369,13 +440,19 @@ def confirm(run: Run, tools: Tools, deadline: float, log=None) -> list[str]:
             lines.append(f"{op(case)} N={case.seqlen_k}: left, out of time")
             break
         checked = Checked(case, tools.device)
-        choice = {kernel: pinning.from_dict(c) for kernel, c in record["config"].items()}
+        choice = {
+            kernel: pinning.from_dict(c)
+            for kernel, c in record["config"].items()
+        }
         for timed in (case.path, line["best_torch"], "torch"):
             if any(
-                _same_case(r, dataclasses.replace(case, path=timed)) for r in confirmed["results"]
+                _same_case(r, dataclasses.replace(case, path=timed))
+                for r in confirmed["results"]
             ):
                 continue
-            result = {**dataclasses.asdict(dataclasses.replace(case, path=timed))}
+            result = {
+                **dataclasses.asdict(dataclasses.replace(case, path=timed))
+            }
             if timed == case.path:
                 with pinning.pinned(choice):
                     time_path(checked, timed, tools, result)
@@ -385,38 +462,64 @@ def confirm(run: Run, tools: Tools, deadline: float, log=None) -> list[str]:
             result["ms"] = result.get("min_ms")
             confirmed["results"].append(result)
             write_whole(confirmed, path)
-        lines.append(f"{op(case)} N={case.seqlen_k} L={case.seqlen_q}: confirmed")
+        lines.append(
+            f"{op(case)} N={case.seqlen_k} L={case.seqlen_q}: confirmed"
+        )
         print(lines[-1], file=log or sys.stderr, flush=True)
     bench.write_table(
-        {"environment": run.raw["environment"], "results": confirmed["results"]},
+        {
+            "environment": run.raw["environment"],
+            "results": confirmed["results"],
+        },
         run.folder / "measured.json",
     )
     return lines
 
 
-def compile_first(run: Run, todo: list[bench.Case], device: str, workers: int) -> None:
+def compile_first(
+    run: Run, todo: list[bench.Case], device: str, workers: int
+) -> None:
     """Compile the configurations that measuring `todo` will try, on `workers` processes
     (`qkv_lab.precompile`); write what each took to `precompile.json`. A failure costs only time: the
     timing process then compiles what is missing itself."""
     started = time.monotonic()
     try:
         results = precompile.precompile(todo, device, workers)
-    except Exception as error:  # a worker that died, a pool that broke: compile as before
-        results = [("pool", time.monotonic() - started, f"{type(error).__name__}: {error}"[:300])]
+    except (
+        Exception
+    ) as error:  # a worker that died, a pool that broke: compile as before
+        results = [
+            (
+                "pool",
+                time.monotonic() - started,
+                f"{type(error).__name__}: {error}"[:300],
+            )
+        ]
     seconds = round(time.monotonic() - started, 1)
-    jobs = [{"job": label, "seconds": round(t, 1), "error": error} for label, t, error in results]
+    jobs = [
+        {"job": label, "seconds": round(t, 1), "error": error}
+        for label, t, error in results
+    ]
     write_whole(
-        {"workers": workers, "seconds": seconds, "jobs": jobs}, run.folder / "precompile.json"
+        {"workers": workers, "seconds": seconds, "jobs": jobs},
+        run.folder / "precompile.json",
     )
     failed = sum(job["error"] is not None for job in jobs)
-    print(f"compiled {len(jobs)} configurations in {seconds} s, {failed} failed", file=sys.stderr)
+    print(
+        f"compiled {len(jobs)} configurations in {seconds} s, {failed} failed",
+        file=sys.stderr,
+    )
 
 
 def nvidia_smi(folder: Path) -> None:
     """`nvidia-smi -q` into the folder, where there is an nvidia-smi."""
     try:
         result = subprocess.run(
-            ["nvidia-smi", "-q"], capture_output=True, text=True, timeout=30, check=True
+            ["nvidia-smi", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return
@@ -428,12 +531,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m qkv_lab.lease",
         description="The GPU lease of issue 42: kernels against cuDNN and torch, tuned, pinned, checked.",
     )
-    parser.add_argument("root", type=Path, help="the run folder <date>-<gpu> is made inside it")
-    parser.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS[:3]))
     parser.add_argument(
-        "--seconds", type=float, default=300.0, help="start no case after this many seconds"
+        "root", type=Path, help="the run folder <date>-<gpu> is made inside it"
     )
-    parser.add_argument("--device", default="cuda", help="cuda (cpu: the tests' tiny run)")
+    parser.add_argument(
+        "--steps", nargs="+", choices=STEPS, default=list(STEPS[:3])
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=300.0,
+        help="start no case after this many seconds",
+    )
+    parser.add_argument(
+        "--device", default="cuda", help="cuda (cpu: the tests' tiny run)"
+    )
     parser.add_argument(
         "--workers",
         type=int,
@@ -447,7 +559,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(
-    argv: list[str] | None = None, plan: Plan | None = None, tools: Tools | None = None
+    argv: list[str] | None = None,
+    plan: Plan | None = None,
+    tools: Tools | None = None,
 ) -> int:
     """Run the steps asked for into the run folder; print where it is and what each case gave."""
     args = parse_args(argv)
@@ -460,17 +574,34 @@ def main(
     deadline = started + args.seconds
     try:
         measured = [step for step in args.steps if step != "confirm"]
-        todo = [c for step in measured for c in cases(step, plan or Plan()) if not run.done(c)]
-        if todo and args.workers > 0 and device.type == "cuda":  # nothing to compile on a CPU
+        todo = [
+            c
+            for step in measured
+            for c in cases(step, plan or Plan())
+            if not run.done(c)
+        ]
+        if (
+            todo and args.workers > 0 and device.type == "cuda"
+        ):  # nothing to compile on a CPU
             compile_first(run, todo, args.device, args.workers)
         measure_steps(run, measured, plan or Plan(), tools, deadline)
         if "confirm" in args.steps:
             confirm(run, tools, deadline)
-    except KeyboardInterrupt:  # timeout's SIGINT: every finished case is in the folder already
-        print("stopped: the folder holds every case finished before", file=sys.stderr)
+    except (
+        KeyboardInterrupt
+    ):  # timeout's SIGINT: every finished case is in the folder already
+        print(
+            "stopped: the folder holds every case finished before",
+            file=sys.stderr,
+        )
         return 130
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    print(f"done {stamp} after {time.monotonic() - started:.0f} s", file=sys.stderr)
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"
+    )
+    print(
+        f"done {stamp} after {time.monotonic() - started:.0f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

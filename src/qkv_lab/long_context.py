@@ -120,7 +120,9 @@ class Settings:
 
 def with_context(model: GPT, context: int, rope_scaling: dict | None) -> GPT:
     """`model`'s weights in a GPT of another context and RoPE scaling (RoPE itself has no weights)."""
-    config = dataclasses.replace(model.config, context=context, rope_scaling=rope_scaling)
+    config = dataclasses.replace(
+        model.config, context=context, rope_scaling=rope_scaling
+    )
     weight = model.embed.weight
     longer = GPT(config).to(device=weight.device, dtype=weight.dtype)
     longer.load_state_dict(model.state_dict())
@@ -128,7 +130,9 @@ def with_context(model: GPT, context: int, rope_scaling: dict | None) -> GPT:
 
 
 @torch.no_grad()
-def attention_shares(model: GPT, validation: Tensor, batch: int = 32) -> tuple[Tensor, Tensor]:
+def attention_shares(
+    model: GPT, validation: Tensor, batch: int = 32
+) -> tuple[Tensor, Tensor]:
     """Per head, the weight on a window's first byte and the weight its learned sink takes.
 
     `validation` is cut into windows of the model's context (a last shorter piece is dropped); the first-byte
@@ -146,7 +150,9 @@ def attention_shares(model: GPT, validation: Tensor, batch: int = 32) -> tuple[T
         raise ValueError(
             f"validation ({len(validation)} bytes) is shorter than the context {context}"
         )
-    windows = validation[: len(validation) // context * context].view(-1, context)  # (N, C)
+    windows = validation[: len(validation) // context * context].view(
+        -1, context
+    )  # (N, C)
     first = sink = 0
     with one_thread():
         for ids in windows.split(batch):
@@ -159,9 +165,15 @@ def attention_shares(model: GPT, validation: Tensor, batch: int = 32) -> tuple[T
 def _check_streamable(model: GPT) -> None:
     """Raise unless the streaming loop below computes what `model` computes."""
     if not isinstance(model, GPT):
-        raise TypeError(f"model must be a qkv.gpt.GPT, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a qkv.gpt.GPT, got {type(model).__name__}"
+        )
     config = model.config
-    for option, needed in (("positions", "rope"), ("norm_position", "pre"), ("softcap", None)):
+    for option, needed in (
+        ("positions", "rope"),
+        ("norm_position", "pre"),
+        ("softcap", None),
+    ):
         if getattr(config, option) != needed:
             raise ValueError(
                 f"streaming_bits needs {option}={needed!r} (positions within the cache are RoPE's), "
@@ -201,19 +213,30 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
                 q, k = attn.q_norm(q), attn.k_norm(k)
             # --8<-- [start:streaming-cache]
             keys[i] = k if keys[i] is None else torch.cat([keys[i], k], dim=-2)
-            values[i] = v if values[i] is None else torch.cat([values[i], v], dim=-2)
-            keys[i] = qkv.streaming_window(keys[i], window, kept)  # (B, Hkv, n, D), n <= window
+            values[i] = (
+                v if values[i] is None else torch.cat([values[i], v], dim=-2)
+            )
+            keys[i] = qkv.streaming_window(
+                keys[i], window, kept
+            )  # (B, Hkv, n, D), n <= window
             values[i] = qkv.streaming_window(values[i], window, kept)
-            places = torch.arange(keys[i].size(-2))  # positions within the cache
+            places = torch.arange(
+                keys[i].size(-2)
+            )  # positions within the cache
             rope = {"base": attn.rope_base, "scaling": attn.rope_scaling}
             q = apply_rope(q, places[-1:], **rope)
             k = apply_rope(keys[i], places, **rope)
             # --8<-- [end:streaming-cache]
-            out = qkv.attention(q, k, values[i], enable_gqa=True, sinks=attn.sinks)  # (B, H, 1, D)
+            out = qkv.attention(
+                q, k, values[i], enable_gqa=True, sinks=attn.sinks
+            )  # (B, H, 1, D)
             x = x + attn.out_proj(out.transpose(1, 2).flatten(2))
             x = x + block.mlp(block.mlp_norm(x))
         logits = model.lm_head(model.norm(x))[:, 0]  # (B, V)
-        bits.append(F.cross_entropy(logits, ids[:, t + 1], reduction="none") / math.log(2))
+        bits.append(
+            F.cross_entropy(logits, ids[:, t + 1], reduction="none")
+            / math.log(2)
+        )
     return torch.stack(bits, dim=1)  # (B, N - 1)
 
 
@@ -221,7 +244,9 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
 
 
 @torch.no_grad()
-def recomputed_bits(model: GPT, ids: Tensor, window: int, every: int, batch: int = 64) -> Tensor:
+def recomputed_bits(
+    model: GPT, ids: Tensor, window: int, every: int, batch: int = 64
+) -> Tensor:
     """The bits of next bytes of `ids (B, N)`, each from a fresh forward over the `window` bytes before it.
 
     Bytes 1 to `window` come from one forward over the first `window` bytes (their whole past fits); after
@@ -231,23 +256,36 @@ def recomputed_bits(model: GPT, ids: Tensor, window: int, every: int, batch: int
         `(B, N - 1)` as `streaming_bits`, NaN where no prediction was made.
     """
     first = model(ids[:, :window])  # (B, window, V): predicts bytes 1 .. window
-    bits = torch.full((ids.size(0), ids.size(1) - 1), math.nan, dtype=first.dtype)
+    bits = torch.full(
+        (ids.size(0), ids.size(1) - 1), math.nan, dtype=first.dtype
+    )
     targets = ids[:, 1 : window + 1]
     bits[:, : targets.size(1)] = _bits(first[:, : targets.size(1)], targets)
-    later = range(window + every, ids.size(1), every)  # the predicted positions p
+    later = range(
+        window + every, ids.size(1), every
+    )  # the predicted positions p
     if later:
-        contexts = torch.stack([ids[:, p - window : p] for p in later], dim=1)  # (B, P, window)
+        contexts = torch.stack(
+            [ids[:, p - window : p] for p in later], dim=1
+        )  # (B, P, window)
         logits = torch.cat(
-            [model(chunk)[:, -1] for chunk in contexts.flatten(0, 1).split(batch)]
+            [
+                model(chunk)[:, -1]
+                for chunk in contexts.flatten(0, 1).split(batch)
+            ]
         )  # (B * P, V)
         targets = ids[:, list(later)]  # (B, P)
-        bits[:, [p - 1 for p in later]] = _bits(logits.view(*targets.shape, -1), targets)
+        bits[:, [p - 1 for p in later]] = _bits(
+            logits.view(*targets.shape, -1), targets
+        )
     return bits
 
 
 def _bits(logits: Tensor, targets: Tensor) -> Tensor:
     """`-log2 p(target)`: logits `(..., V)`, targets `(...)`."""
-    return F.cross_entropy(logits.transpose(1, -1), targets, reduction="none") / math.log(2)
+    return F.cross_entropy(
+        logits.transpose(1, -1), targets, reduction="none"
+    ) / math.log(2)
 
 
 def by_bucket(bits: Tensor, bucket: int) -> list[float]:
@@ -258,7 +296,9 @@ def by_bucket(bits: Tensor, bucket: int) -> list[float]:
     """
     positions = torch.arange(1, bits.size(1) + 1)
     return [
-        bits[:, (positions >= start) & (positions < start + bucket)].nanmean().item()
+        bits[:, (positions >= start) & (positions < start + bucket)]
+        .nanmean()
+        .item()
         for start in range(0, bits.size(1) + 1, bucket)
     ]
 
@@ -279,7 +319,9 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
     train, validation = split(encode(text))
     streams = validation[: len(validation) // settings.stream * settings.stream]
     streams = streams.view(-1, settings.stream)  # (streams, stream)
-    with one_thread():  # the thread count that training runs with, as `environment` records it
+    with (
+        one_thread()
+    ):  # the thread count that training runs with, as `environment` records it
         machine = environment(torch.device("cpu"))
     report = {
         "what": "attention sinks, a streaming cache, learned sinks and RoPE scaling on the site's GPT",
@@ -291,7 +333,9 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
         **machine,
         "timing": "wall-clock seconds of each training and its measurements, measured once",
         "models": {},
-        "rope": {name: {"scaling": scaling} for name, scaling in settings.scalings},
+        "rope": {
+            name: {"scaling": scaling} for name, scaling in settings.scalings
+        },
     }
 
     def save() -> None:
@@ -311,23 +355,33 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
             ("sinks", dataclasses.replace(settings.config, sinks=True)),
         ):
             start = time.perf_counter()
-            model, _ = train_gpt(config, train, settings.steps, settings.batch, settings.lr, seed)
+            model, _ = train_gpt(
+                config, train, settings.steps, settings.batch, settings.lr, seed
+            )
             trained[kind] = model
-            where = report["models"].setdefault(kind, {"config": dataclasses.asdict(config)})
+            where = report["models"].setdefault(
+                kind, {"config": dataclasses.asdict(config)}
+            )
             with one_thread():
                 record(where, "bits_per_byte", bits_per_byte(model, validation))
                 first, sink = attention_shares(model, validation)
                 record(where, "first_token_weight", first.tolist())
                 record(where, "sink_weight", sink.tolist())
                 streaming = where.setdefault("streaming", {})
-                kinds = [("sliding window", 0), (f"first {settings.kept} kept", settings.kept)]
+                kinds = [
+                    ("sliding window", 0),
+                    (f"first {settings.kept} kept", settings.kept),
+                ]
                 streamed = {
                     name: streaming_bits(model, streams, settings.window, kept)
                     for name, kept in kinds
                 }  # each (streams, stream - 1)
                 if kind == "plain":
                     streamed["recomputed"] = recomputed_bits(
-                        model, streams, settings.window, settings.recompute_every
+                        model,
+                        streams,
+                        settings.window,
+                        settings.recompute_every,
                     )
                     # the recomputed positions past the first window, where all three compare
                     shared = ~streamed["recomputed"][0].isnan()
@@ -338,7 +392,9 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
                 for name, bits in streamed.items():
                     record(streaming, name, by_bucket(bits, settings.bucket))
             record(where, "seconds", round(time.perf_counter() - start, 1))
-            log(f"{kind} seed {seed}: {where['bits_per_byte'][-1]:.4f} bits per byte")
+            log(
+                f"{kind} seed {seed}: {where['bits_per_byte'][-1]:.4f} bits per byte"
+            )
             save()
 
         plain, longest = trained["plain"], max(settings.lengths)
@@ -346,7 +402,9 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
             start, where = time.perf_counter(), report["rope"][name]
             with one_thread():
                 as_trained = [
-                    bits_per_byte(with_context(plain, length, scaling), validation)
+                    bits_per_byte(
+                        with_context(plain, length, scaling), validation
+                    )
                     for length in settings.lengths
                 ]
             stretched = with_context(plain, longest, scaling)
@@ -356,7 +414,9 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
             )  # fmt: skip
             with one_thread():
                 fine_tuned = [
-                    bits_per_byte(with_context(tuned, length, scaling), validation)
+                    bits_per_byte(
+                        with_context(tuned, length, scaling), validation
+                    )
                     for length in settings.lengths
                 ]
             record(where, "as_trained", as_trained)
@@ -368,7 +428,9 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv_lab.long_context", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m qkv_lab.long_context", description=__doc__
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     run(Settings(), site_text(), args.out)

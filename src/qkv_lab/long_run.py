@@ -62,22 +62,31 @@ from qkv_lab.toys import one_thread
 
 OUT = Path(__file__).parent / "results" / "long-run.json"
 # --8<-- [start:settings]
-STEPS, EVERY, SEEDS = 4000, 250, (0, 1, 2)  # 4x the build's 1,000 steps; a checkpoint every 250
+STEPS, EVERY, SEEDS = (
+    4000,
+    250,
+    (0, 1, 2),
+)  # 4x the build's 1,000 steps; a checkpoint every 250
 REPEAT, SEQUENCES, PROBE_SEED = (
     64,
     32,
     1234,
 )  # 32 sequences of 64 random bytes, twice: 128 = the context
-ALPHABET = torch.arange(32, 127)  # printable ASCII, every byte of which the text holds
+ALPHABET = torch.arange(
+    32, 127
+)  # printable ASCII, every byte of which the text holds
 THRESHOLD = 0.4  # an induction head: a head whose induction score passes this
-SINK_BYTES = 8192  # the first-byte weight over the validation split's first 64 windows
+# the first-byte weight over the validation split's first 64 windows
+SINK_BYTES = 8192
 # --8<-- [end:settings]
 
 
 def repeated_random_bytes(sequences: int, length: int, seed: int) -> Tensor:
     """`(sequences, 2 * length)` ids: `length` bytes drawn uniformly from `ALPHABET`, then the same again."""
     generator = torch.Generator().manual_seed(seed)
-    first = ALPHABET[torch.randint(len(ALPHABET), (sequences, length), generator=generator)]
+    first = ALPHABET[
+        torch.randint(len(ALPHABET), (sequences, length), generator=generator)
+    ]
     return first.repeat(1, 2)  # (B, n) -> (B, 2n)
 
 
@@ -105,7 +114,9 @@ def previous_byte_scores(maps: Tensor) -> Tensor:
 def copy_bits(model: GPT, ids: Tensor, length: int) -> tuple[float, float]:
     """Bits per byte of the first copy's bytes `1 ... n - 1` and of the second copy's `n + 1 ... 2n - 1`."""
     logits = model(ids[:, :-1])  # (B, 2n - 1, V): entry i predicts byte i + 1
-    bits = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none") / math.log(2)
+    bits = F.cross_entropy(
+        logits.transpose(1, 2), ids[:, 1:], reduction="none"
+    ) / math.log(2)
     return bits[:, : length - 1].mean().item(), bits[:, length:].mean().item()
 
 
@@ -148,7 +159,9 @@ def run(
     """
     train, validation = split(encode(text))
     sequences, repeat = probe
-    probe_ids = repeated_random_bytes(sequences, repeat, PROBE_SEED)  # (sequences, 2 * repeat)
+    probe_ids = repeated_random_bytes(
+        sequences, repeat, PROBE_SEED
+    )  # (sequences, 2 * repeat)
     with one_thread():
         machine = environment(torch.device("cpu"))
     report = {
@@ -180,9 +193,24 @@ def run(
             write_json(report, out)
 
     for seed in seeds:
-        runs = {"seed": seed, "checkpoints": [], "formed_at": None, "seconds": None}
+        runs = {
+            "seed": seed,
+            "checkpoints": [],
+            "formed_at": None,
+            "seconds": None,
+        }
         report["runs"].append(runs)
-        _train_and_measure(config, train, validation, probe_ids, steps, batch, every, runs, save)
+        _train_and_measure(
+            config,
+            train,
+            validation,
+            probe_ids,
+            steps,
+            batch,
+            every,
+            runs,
+            save,
+        )
         save()
     return report
 
@@ -206,14 +234,21 @@ def _train_and_measure(
         step += 1
         if step % every:
             return
-        with torch.no_grad():  # the trained weights, in the order GPT.parameters() gives them
+        with (
+            torch.no_grad()
+        ):  # the trained weights, in the order GPT.parameters() gives them
             for mine, theirs in zip(
-                watched.parameters(), optimizer.param_groups[0]["params"], strict=True
+                watched.parameters(),
+                optimizer.param_groups[0]["params"],
+                strict=True,
             ):
                 mine.copy_(theirs)
         numbers = measure(watched.eval(), validation, probe)
         runs["checkpoints"].append({"step": step, **numbers})
-        if runs["formed_at"] is None and max(map(max, numbers["induction"])) > THRESHOLD:
+        if (
+            runs["formed_at"] is None
+            and max(map(max, numbers["induction"])) > THRESHOLD
+        ):
             runs["formed_at"] = step
         runs["seconds"] = round(time.perf_counter() - start, 1)
         print(
@@ -231,18 +266,25 @@ def _train_and_measure(
         _, losses = train_gpt(config, train, steps, batch, LR, runs["seed"])
     finally:
         hook.remove()
-    for checkpoint in runs["checkpoints"]:  # mean training loss over the steps since the last
+    for checkpoint in runs[
+        "checkpoints"
+    ]:  # mean training loss over the steps since the last
         since = losses[checkpoint["step"] - every : checkpoint["step"]]
-        checkpoint["train_bits_per_byte"] = sum(since) / len(since) / math.log(2)
+        checkpoint["train_bits_per_byte"] = (
+            sum(since) / len(since) / math.log(2)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv_lab.long_run", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m qkv_lab.long_run", description=__doc__
+    )
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--every", type=int, default=EVERY)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument(
-        "--text", help="a snapshot (qkv_lab.lab_text) or UTF-8 file; default: the site now"
+        "--text",
+        help="a snapshot (qkv_lab.lab_text) or UTF-8 file; default: the site now",
     )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)

@@ -38,7 +38,9 @@ KERNELS = {
 def autotuner(kernel: str) -> triton.runtime.Autotuner:
     """The autotuner of a kernel named in `KERNELS` (imports Triton and the kernel's module)."""
     if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {tuple(KERNELS)}, got {kernel!r}")
+        raise ValueError(
+            f"kernel must be one of {tuple(KERNELS)}, got {kernel!r}"
+        )
     module, name = KERNELS[kernel]
     return getattr(importlib.import_module(module), name)
 
@@ -63,7 +65,9 @@ def pinned(choice: dict[str, triton.Config]) -> Iterator[None]:
     `Autotuner.run`); its configurations and its cache of earlier choices are restored on leaving.
     """
     tuners = {kernel: autotuner(kernel) for kernel in choice}
-    saved = {kernel: (tuner.configs, tuner.cache) for kernel, tuner in tuners.items()}
+    saved = {
+        kernel: (tuner.configs, tuner.cache) for kernel, tuner in tuners.items()
+    }
     try:
         for kernel, tuner in tuners.items():
             tuner.configs, tuner.cache = [choice[kernel]], {}
@@ -75,7 +79,9 @@ def pinned(choice: dict[str, triton.Config]) -> Iterator[None]:
 
 def describe(config: triton.Config) -> str:
     """`BLOCK_M=128 BLOCK_N=64 warps=8 stages=3`: the configuration as the reports name it."""
-    sizes = " ".join(f"{name}={value}" for name, value in sorted(config.kwargs.items()))
+    sizes = " ".join(
+        f"{name}={value}" for name, value in sorted(config.kwargs.items())
+    )
     return f"{sizes} warps={config.num_warps} stages={config.num_stages}"
 
 
@@ -93,7 +99,9 @@ def from_dict(fields: dict) -> triton.Config:
     import triton
 
     return triton.Config(
-        dict(fields["kwargs"]), num_warps=fields["num_warps"], num_stages=fields["num_stages"]
+        dict(fields["kwargs"]),
+        num_warps=fields["num_warps"],
+        num_stages=fields["num_stages"],
     )
 
 
@@ -118,7 +126,9 @@ class Tuned:
 
     def describe(self) -> str:
         """`forward: ...; dkdv: ...`: the chosen configurations, kernel by kernel."""
-        return "; ".join(f"{kernel}: {describe(c)}" for kernel, c in self.choice.items())
+        return "; ".join(
+            f"{kernel}: {describe(c)}" for kernel, c in self.choice.items()
+        )
 
 
 Attempt = Callable[
@@ -126,7 +136,12 @@ Attempt = Callable[
 ]  # pinned choice -> its timing, or why it failed the check
 
 
-def tune(kernels: list[str], seqlen_q: int, attempt: Attempt, fixed: dict | None = None) -> Tuned:
+def tune(
+    kernels: list[str],
+    seqlen_q: int,
+    attempt: Attempt,
+    fixed: dict | None = None,
+) -> Tuned:
     """Choose a configuration for each of `kernels`, one kernel after the other.
 
     Args:
@@ -153,13 +168,21 @@ def tune(kernels: list[str], seqlen_q: int, attempt: Attempt, fixed: dict | None
             try:
                 with pinned(trying):
                     outcome = attempt(trying)
-            except Exception as error:  # Triton's compile errors share no base class
-                trial.status, trial.reason = "error", f"{type(error).__name__}: {error}"[:300]
+            except (
+                Exception
+            ) as error:  # Triton's compile errors share no base class
+                trial.status, trial.reason = (
+                    "error",
+                    f"{type(error).__name__}: {error}"[:300],
+                )
             else:
                 if isinstance(outcome, str):
                     trial.status, trial.reason = "wrong", outcome
                 else:
-                    trial.min_ms, trial.median_ms = outcome.min_ms, outcome.median_ms
+                    trial.min_ms, trial.median_ms = (
+                        outcome.min_ms,
+                        outcome.median_ms,
+                    )
                     if best is None or trial.median_ms < best[0]:
                         best = (trial.median_ms, config)
             trials.append(trial)

@@ -23,9 +23,7 @@ import torch
 
 from qkv_lab import bench, pinning
 
-SMALL_N = (
-    256  # queries of a square job: the forward and dQ kernels keep the same query blocks as at 4k
-)
+SMALL_N = 256  # queries of a square job: the forward and dQ kernels keep the same query blocks as at 4k
 SMALL_KEYS = 1024  # cached keys of a decoding job
 
 
@@ -36,13 +34,17 @@ class Job:
     case: bench.Case
     kernel: str
     config: dict  # pinning.as_dict of the configuration
-    others: tuple[tuple[str, dict], ...]  # the case's other kernels, at their first configuration
+    others: tuple[
+        tuple[str, dict], ...
+    ]  # the case's other kernels, at their first configuration
 
 
 def small(case: bench.Case) -> bench.Case:
     """The case on small inputs that compile the same kernels (same masks, mode, head size, group)."""
     if case.suite == "decode":
-        return dataclasses.replace(case, seqlen_k=min(case.seqlen_k, SMALL_KEYS), batch=1)
+        return dataclasses.replace(
+            case, seqlen_k=min(case.seqlen_k, SMALL_KEYS), batch=1
+        )
     n = min(case.seqlen_q, SMALL_N)
     return dataclasses.replace(case, seqlen_q=n, seqlen_k=n, batch=1)
 
@@ -53,7 +55,10 @@ def jobs(cases: list[bench.Case]) -> list[Job]:
     for case in cases:
         shrunk = small(case)
         kernels = bench.kernels(case)
-        firsts = {kernel: pinning.candidates(kernel, case.seqlen_q)[0] for kernel in kernels}
+        firsts = {
+            kernel: pinning.candidates(kernel, case.seqlen_q)[0]
+            for kernel in kernels
+        }
         for kernel in kernels:
             for config in pinning.candidates(kernel, case.seqlen_q):
                 others = tuple(
@@ -64,7 +69,9 @@ def jobs(cases: list[bench.Case]) -> list[Job]:
                 job = Job(shrunk, kernel, pinning.as_dict(config), others)
                 # the forward kernel is the same in both modes: compiled by whichever job comes first
                 same = (
-                    dataclasses.replace(shrunk, mode="forward") if kernel == "forward" else shrunk
+                    dataclasses.replace(shrunk, mode="forward")
+                    if kernel == "forward"
+                    else shrunk
                 )
                 found.setdefault((same, kernel, pinning.describe(config)), job)
     return list(found.values())
@@ -75,14 +82,20 @@ def run_job(job: Job, device: str) -> tuple[str, float, str | None]:
     started = time.monotonic()
     label = f"{job.kernel} {pinning.describe(pinning.from_dict(job.config))} {job.case.mode}"
     label += f" causal={job.case.causal} L={job.case.seqlen_q}"
-    choice = {kernel: pinning.from_dict(config) for kernel, config in job.others}
+    choice = {
+        kernel: pinning.from_dict(config) for kernel, config in job.others
+    }
     choice[job.kernel] = pinning.from_dict(job.config)
     try:
         q, k, v, masks = bench._inputs(job.case, torch.device(device))
         with pinning.pinned(choice):
             bench._make_call(job.case, q, k, v, masks)()
     except Exception as error:  # reported: the lease compiles it again itself
-        return label, time.monotonic() - started, f"{type(error).__name__}: {error}"[:300]
+        return (
+            label,
+            time.monotonic() - started,
+            f"{type(error).__name__}: {error}"[:300],
+        )
     return label, time.monotonic() - started, None
 
 
@@ -93,6 +106,10 @@ def precompile(
     todo = jobs(cases)
     if workers == 0:
         return [run_job(job, device) for job in todo]
-    context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    context = multiprocessing.get_context(
+        "spawn"
+    )  # CUDA cannot be used in a forked child
+    with concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context
+    ) as pool:
         return list(pool.map(run_job, todo, [device] * len(todo)))

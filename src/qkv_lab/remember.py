@@ -37,7 +37,9 @@ def folder() -> Path | None:
         return None
     if chosen:
         return Path(chosen)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qkv"
+    return (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qkv"
+    )
 
 
 @functools.cache
@@ -46,7 +48,10 @@ def _source_digest() -> str:
     digest = hashlib.sha256()
     for package in (Path(qkv.__file__).parent, Path(__file__).parent):
         for path in sorted(package.rglob("*.py")):
-            digest.update(path.relative_to(package.parent).as_posix().encode() + path.read_bytes())
+            digest.update(
+                path.relative_to(package.parent).as_posix().encode()
+                + path.read_bytes()
+            )
     return digest.hexdigest()
 
 
@@ -63,7 +68,10 @@ def remembered(fn: Callable[P, R]) -> Callable[P, R]:
         bound.apply_defaults()
         key = f"{fn.__module__}.{fn.__qualname__}{tuple(bound.arguments.items())!r}"
         key += f"|torch {torch.__version__}|{_source_digest()}"
-        path = where / f"{fn.__qualname__}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.pt"
+        path = (
+            where
+            / f"{fn.__qualname__}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.pt"
+        )
         if path.is_file():
             return torch.load(path, weights_only=True)
         where.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,9 @@ from qkv_lab.harness import environment, write_json
 BATCH, HEADS, HEAD_DIM = 1, 2, 64
 
 
-def run(world: int, ns: list[int], causal: bool = False, repeats: int = 5) -> list[dict]:
+def run(
+    world: int, ns: list[int], causal: bool = False, repeats: int = 5
+) -> list[dict]:
     """Start `world` CPU processes joined by gloo on loopback, measure every N, return rank 0's rows.
 
     Each process is a fresh `python -m qkv_lab.ring_bench --rank r`, never a copy of the caller: a script that
@@ -75,19 +77,37 @@ def run(world: int, ns: list[int], causal: bool = False, repeats: int = 5) -> li
         "--port",
         str(port),
     ]
-    command += ["--n", *map(str, ns), "--repeats", str(repeats), *(["--causal"] if causal else [])]
+    command += [
+        "--n",
+        *map(str, ns),
+        "--repeats",
+        str(repeats),
+        *(["--causal"] if causal else []),
+    ]
     processes = [
-        subprocess.Popen([*command, "--rank", str(rank)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*command, "--rank", str(rank)], stdout=subprocess.PIPE, text=True
+        )
         for rank in range(world)
     ]
-    outputs = [process.communicate()[0] for process in processes]  # only rank 0 prints
-    failed = {rank: p.returncode for rank, p in enumerate(processes) if p.returncode != 0}
+    outputs = [
+        process.communicate()[0] for process in processes
+    ]  # only rank 0 prints
+    failed = {
+        rank: p.returncode
+        for rank, p in enumerate(processes)
+        if p.returncode != 0
+    }
     if failed:
-        raise RuntimeError(f"ring_bench processes failed, rank: exit code {failed}")
+        raise RuntimeError(
+            f"ring_bench processes failed, rank: exit code {failed}"
+        )
     return json.loads(outputs[0])
 
 
-def _rank(rank: int, world: int, port: int, ns: list[int], causal: bool, repeats: int) -> None:
+def _rank(
+    rank: int, world: int, port: int, ns: list[int], causal: bool, repeats: int
+) -> None:
     """One process of `run`: join the group, measure, and on rank 0 print the rows as JSON."""
     # --8<-- [start:launch]
     dist.init_process_group(
@@ -112,13 +132,24 @@ def measure(n: int, causal: bool, repeats: int, device: torch.device) -> dict:
     """On every rank of the default group: time the ring, its computation and its communication at length n."""
     rank, world = dist.get_rank(), dist.get_world_size()
     # --8<-- [start:shard]
-    generator = torch.Generator().manual_seed(0)  # every rank draws the same whole sequence
-    q, k, v = (torch.randn(BATCH, HEADS, n, HEAD_DIM, generator=generator) for _ in range(3))
+    generator = torch.Generator().manual_seed(
+        0
+    )  # every rank draws the same whole sequence
+    q, k, v = (
+        torch.randn(BATCH, HEADS, n, HEAD_DIM, generator=generator)
+        for _ in range(3)
+    )
     shard = n // world
-    mine = slice(rank * shard, (rank + 1) * shard)  # rank r holds positions r*n/W ... (r+1)*n/W - 1
-    q_shard, k_shard, v_shard = (x[..., mine, :].contiguous().to(device) for x in (q, k, v))
+    mine = slice(
+        rank * shard, (rank + 1) * shard
+    )  # rank r holds positions r*n/W ... (r+1)*n/W - 1
+    q_shard, k_shard, v_shard = (
+        x[..., mine, :].contiguous().to(device) for x in (q, k, v)
+    )
     out = ring_attention(q_shard, k_shard, v_shard, causal=causal)
-    whole = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # one process, whole sequence
+    whole = F.scaled_dot_product_attention(
+        q, k, v, is_causal=causal
+    )  # one process, whole sequence
     error = (out.cpu() - whole[..., mine, :]).abs().max()
     # --8<-- [end:shard]
     dist.all_reduce(error, op=dist.ReduceOp.MAX)
@@ -130,8 +161,12 @@ def measure(n: int, causal: bool, repeats: int, device: torch.device) -> dict:
             if source is not None:
                 mask = None
                 if causal and source == rank:
-                    mask = torch.ones(shard, shard, dtype=torch.bool, device=device).tril()
-                out, lse = _merge(out, lse, *_attend(q_shard, k_shard, v_shard, mask))
+                    mask = torch.ones(
+                        shard, shard, dtype=torch.bool, device=device
+                    ).tril()
+                out, lse = _merge(
+                    out, lse, *_attend(q_shard, k_shard, v_shard, mask)
+                )
 
     def communicate() -> None:
         k, v = k_shard, v_shard
@@ -146,7 +181,12 @@ def measure(n: int, causal: bool, repeats: int, device: torch.device) -> dict:
 
     row = {"n": n, "world": world, "causal": causal, "shard": shard}
     row["max_error"] = float(error)
-    calls = {"ring": ring, "compute": compute, "communication": communicate, "checks": checks}
+    calls = {
+        "ring": ring,
+        "compute": compute,
+        "communication": communicate,
+        "checks": checks,
+    }
     for name, ms in _slowest_rank_fastest_ms(calls, repeats, device).items():
         row[f"{name}_ms"] = ms
     row["communication_share"] = row["communication_ms"] / (
@@ -172,7 +212,9 @@ def _slowest_rank_fastest_ms(
             call()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            fastest[name] = min(fastest[name], (time.perf_counter() - start) * 1e3)
+            fastest[name] = min(
+                fastest[name], (time.perf_counter() - start) * 1e3
+            )
     slowest = torch.tensor(list(fastest.values()), dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return dict(zip(calls, slowest.tolist(), strict=True))
@@ -196,19 +238,39 @@ def _under_torchrun(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv_lab.ring_bench", description=__doc__)
-    parser.add_argument("--world", type=int, nargs="+", default=[2, 4], help="processes to start")
-    parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    parser = argparse.ArgumentParser(
+        prog="python -m qkv_lab.ring_bench", description=__doc__
+    )
     parser.add_argument(
-        "--masks", nargs="+", choices=["full", "causal"], default=["full"], help="one run for each"
+        "--world",
+        type=int,
+        nargs="+",
+        default=[2, 4],
+        help="processes to start",
+    )
+    parser.add_argument(
+        "--n", type=int, nargs="+", default=[512, 1024, 2048, 4096]
+    )
+    parser.add_argument(
+        "--masks",
+        nargs="+",
+        choices=["full", "causal"],
+        default=["full"],
+        help="one run for each",
     )
     parser.add_argument(
         "--causal", action="store_true", help=argparse.SUPPRESS
     )  # one process of run()
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda under torchrun")
-    parser.add_argument("--out", type=Path, default=Path("attention-across-devices.json"))
-    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)  # one process of run()
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, or cuda under torchrun"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("attention-across-devices.json")
+    )
+    parser.add_argument(
+        "--rank", type=int, help=argparse.SUPPRESS
+    )  # one process of run()
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank is not None:
@@ -228,8 +290,15 @@ def main(argv: list[str] | None = None) -> int:
             for row in run(world, args.n, mask == "causal", args.repeats)
         ]
         device = torch.device("cpu")
-    settings = {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32"}
-    info = environment(device) | {"threads_per_process": 1 if device.type == "cpu" else None}
+    settings = {
+        "batch": BATCH,
+        "heads": HEADS,
+        "head_dim": HEAD_DIM,
+        "dtype": "float32",
+    }
+    info = environment(device) | {
+        "threads_per_process": 1 if device.type == "cpu" else None
+    }
     report = {"environment": info, "shape": settings, "results": rows}
     write_json(report, args.out)
     print(f"wrote {args.out}", file=sys.stderr)

@@ -39,8 +39,20 @@ DRAFT_CONFIG = GPTConfig(
 DRAFT_STEPS = 600
 # --8<-- [end:draft]
 # --8<-- [start:batch]
-REQUEST_LENGTHS = (1843, 97, 412, 1210, 33, 688, 256, 1501)  # tokens each request holds now
-MAX_LENGTH, PAGE_SIZE = 2048, 16  # what a contiguous cache reserves per request; tokens per page
+REQUEST_LENGTHS = (
+    1843,
+    97,
+    412,
+    1210,
+    33,
+    688,
+    256,
+    1501,
+)  # tokens each request holds now
+MAX_LENGTH, PAGE_SIZE = (
+    2048,
+    16,
+)  # what a contiguous cache reserves per request; tokens per page
 # --8<-- [end:batch]
 KS = (1, 2, 3, 4, 5, 6)  # tokens drafted per round
 PROMPTS, PROMPT_BYTES, NEW_TOKENS = (
@@ -60,7 +72,9 @@ def trained_draft_gpt() -> tuple[GPT, dict]:
     Returns:
         `(model, run)`: the model in eval mode, and the run's `losses` (one per step) and `seconds`.
     """
-    run = _train_site_gpt(_text_sha256(), DRAFT_CONFIG, DRAFT_STEPS, BATCH, LR, SEED)
+    run = _train_site_gpt(
+        _text_sha256(), DRAFT_CONFIG, DRAFT_STEPS, BATCH, LR, SEED
+    )
     model = GPT(DRAFT_CONFIG)
     model.load_state_dict(run.pop("state"))
     return model.eval(), run
@@ -70,11 +84,16 @@ def prompts() -> list[torch.Tensor]:
     """`PROMPTS` prompts of `PROMPT_BYTES` bytes each, evenly spaced in the validation text: `(1, N)` each."""
     _, validation = split(encode(site_text()))
     step = (len(validation) - PROMPT_BYTES) // PROMPTS
-    return [validation[i * step : i * step + PROMPT_BYTES][None] for i in range(PROMPTS)]
+    return [
+        validation[i * step : i * step + PROMPT_BYTES][None]
+        for i in range(PROMPTS)
+    ]
 
 
 @remembered
-def _acceptance(text_sha256: str, ks: tuple[int, ...], new_tokens: int) -> list[dict]:
+def _acceptance(
+    text_sha256: str, ks: tuple[int, ...], new_tokens: int
+) -> list[dict]:
     target, _ = trained_site_gpt()
     draft, _ = trained_draft_gpt()
     rows = []
@@ -85,7 +104,13 @@ def _acceptance(text_sha256: str, ks: tuple[int, ...], new_tokens: int) -> list[
                 start = time.perf_counter()
                 for seed, ids in enumerate(prompts()):
                     _, stats = speculative_generate(
-                        target, draft, ids, new_tokens, k=k, temperature=temperature, seed=seed
+                        target,
+                        draft,
+                        ids,
+                        new_tokens,
+                        k=k,
+                        temperature=temperature,
+                        seed=seed,
                     )
                     forwards += stats.target_forwards
                     drafted += stats.drafted

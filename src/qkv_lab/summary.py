@@ -63,15 +63,27 @@ def check_case(case: dict) -> None:
     for name, kind in FIELDS.items():
         value = case[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        if (
+            float in kinds
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+        ):
             continue
-        if (isinstance(value, bool) and kind is int) or not isinstance(value, kind):
-            raise TypeError(f"summary field {name} must be {kind}, got {value!r}")
+        if (isinstance(value, bool) and kind is int) or not isinstance(
+            value, kind
+        ):
+            raise TypeError(
+                f"summary field {name} must be {kind}, got {value!r}"
+            )
     if case["op"] not in OPS:
-        raise ValueError(f"summary field op must be one of {OPS}, got {case['op']!r}")
+        raise ValueError(
+            f"summary field op must be one of {OPS}, got {case['op']!r}"
+        )
     for name in ("qkv_ms", "cudnn_ms", "best_torch_ms"):
         if case[name] is not None and not case[name] > 0:
-            raise ValueError(f"summary field {name} must be a positive time, got {case[name]!r}")
+            raise ValueError(
+                f"summary field {name} must be a positive time, got {case[name]!r}"
+            )
 
 
 def identity(case: dict) -> tuple:
@@ -82,7 +94,11 @@ def identity(case: dict) -> tuple:
 def run_folder(root: Path, date: str, device_name: str) -> Path:
     """`root/<date>-<gpu>`, the GPU named by its model: `NVIDIA H100 80GB HBM3` -> `h100`."""
     model = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Za-z]*)\b", device_name)
-    slug = model.group(1).lower() if model else re.sub(r"[^a-z0-9]+", "-", device_name.lower())
+    slug = (
+        model.group(1).lower()
+        if model
+        else re.sub(r"[^a-z0-9]+", "-", device_name.lower())
+    )
     if "pcie" in device_name.lower() and model:  # an H100 PCIe is not an SXM
         slug += "-pcie"
     return root / f"{date}-{slug.strip('-') or 'device'}"
@@ -91,9 +107,16 @@ def run_folder(root: Path, date: str, device_name: str) -> Path:
 class Summary:
     """The summary of one run folder, as it grows; reads what the folder already holds."""
 
-    def __init__(self, path: Path, date: str, device: str, versions: dict) -> None:
+    def __init__(
+        self, path: Path, date: str, device: str, versions: dict
+    ) -> None:
         self.path = path
-        self.data = {"date": date, "device": device, "versions": versions, "cases": []}
+        self.data = {
+            "date": date,
+            "device": device,
+            "versions": versions,
+            "cases": [],
+        }
         if path.exists():
             earlier = json.loads(path.read_text(encoding="utf-8"))
             if earlier.get("device") != device:
@@ -105,13 +128,17 @@ class Summary:
 
     def has(self, case: dict) -> bool:
         """Whether a case with the identity of `case` is recorded (`case` needs only `IDENTITY`)."""
-        return any(identity(line) == identity(case) for line in self.data["cases"])
+        return any(
+            identity(line) == identity(case) for line in self.data["cases"]
+        )
 
     def add(self, case: dict) -> None:
         """Check `case`, record it (replacing a line of the same case) and write the file."""
         check_case(case)
         self.data["cases"] = [
-            line for line in self.data["cases"] if identity(line) != identity(case)
+            line
+            for line in self.data["cases"]
+            if identity(line) != identity(case)
         ] + [case]
         self.write()
 
@@ -125,5 +152,7 @@ def write_whole(data: dict, path: Path) -> None:
     process killed meanwhile leaves the previous version whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    temporary.write_text(
+        json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8"
+    )
     os.replace(temporary, path)

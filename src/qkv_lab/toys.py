@@ -42,7 +42,10 @@ def one_thread() -> Iterator[None]:
 
 
 def _fit(
-    model: nn.Module, batch_loss: Callable[[nn.Module], Tensor], steps: int, lr: float
+    model: nn.Module,
+    batch_loss: Callable[[nn.Module], Tensor],
+    steps: int,
+    lr: float,
 ) -> nn.Module:
     """Adam on `batch_loss(model)` for `steps` steps, on one thread; the model comes back in eval mode."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -79,8 +82,12 @@ class ReverseAligner(nn.Module):
         super().__init__()
         check_sizes(vocab=vocab, length=length, dim=dim)
         self.tokens = nn.Embedding(vocab, dim)
-        self.positions = nn.Embedding(length, dim)  # the encoder's position of each source token
-        self.steps = nn.Embedding(length, dim)  # the decoder's state at each output step
+        self.positions = nn.Embedding(
+            length, dim
+        )  # the encoder's position of each source token
+        self.steps = nn.Embedding(
+            length, dim
+        )  # the decoder's state at each output step
         self.attention = AdditiveAttention(dim, dim, dim)
         self.readout = nn.Linear(dim, vocab)
 
@@ -90,13 +97,21 @@ class ReverseAligner(nn.Module):
         positions = torch.arange(source.shape[-1])  # (S,)
         keys = self.tokens(source) + self.positions(positions)  # (B, S, dim)
         values = self.tokens(source)  # (B, S, dim)
-        states = self.steps(positions).expand_as(keys)  # (S, dim) -> (B, S, dim)
-        context, weights = self.attention(states, keys, values)  # (B, S, dim), (B, S, S)
+        states = self.steps(positions).expand_as(
+            keys
+        )  # (S, dim) -> (B, S, dim)
+        context, weights = self.attention(
+            states, keys, values
+        )  # (B, S, dim), (B, S, S)
         return self.readout(context), weights
 
 
 def train_aligner(
-    vocab: int = 10, length: int = 8, dim: int = 16, steps: int = 100, seed: int = 0
+    vocab: int = 10,
+    length: int = 8,
+    dim: int = 16,
+    steps: int = 100,
+    seed: int = 0,
 ) -> ReverseAligner:
     """A `ReverseAligner` trained by Adam on `steps` batches of 32 random
     sequences."""
@@ -131,8 +146,12 @@ def measure_aligner(seed: int) -> dict[str, float]:
     `sum_k |v_a,k|` on the scores before and after training.
     """
     model = train_aligner(vocab=10, length=8, seed=seed)
-    untrained = train_aligner(vocab=10, length=8, steps=0, seed=seed)  # the same initial weights
-    source, target = reverse_task(256, 8, 10, torch.Generator().manual_seed(TEST_SEED))
+    untrained = train_aligner(
+        vocab=10, length=8, steps=0, seed=seed
+    )  # the same initial weights
+    source, target = reverse_task(
+        256, 8, 10, torch.Generator().manual_seed(TEST_SEED)
+    )
     with torch.no_grad():
         logits, weights = model(source)  # (256, 8, 10), (256, 8, 8)
     steps = torch.arange(8)  # output step i should read source position 7 - i
@@ -161,12 +180,18 @@ def repeated_segments(
     tell where the copy is. Needs `vocab >= N // 2`.
     """
     n = torch.randint(3, length // 2 + 1, (batch,), generator=generator)  # (B,)
-    shuffled = torch.rand(batch, vocab, generator=generator).argsort(-1)  # (B, vocab) permutations
+    shuffled = torch.rand(batch, vocab, generator=generator).argsort(
+        -1
+    )  # (B, vocab) permutations
     segment = shuffled[:, : length // 2]  # (B, N/2) distinct tokens
     position = torch.arange(length)  # (N,)
-    in_segment = torch.where(position < n[:, None], position, position - n[:, None])  # (B, N)
+    in_segment = torch.where(
+        position < n[:, None], position, position - n[:, None]
+    )  # (B, N)
     copies = segment.gather(-1, in_segment.clamp(max=length // 2 - 1))  # (B, N)
-    filler = torch.randint(vocab, (batch, length), generator=generator)  # (B, N)
+    filler = torch.randint(
+        vocab, (batch, length), generator=generator
+    )  # (B, N)
     return torch.where(position < 2 * n[:, None], copies, filler), n
 
 
@@ -185,21 +210,31 @@ class AttentionOnly(nn.Module):
     out.
     """
 
-    def __init__(self, vocab: int, length: int, dim: int, heads: int, layers: int = 2) -> None:
+    def __init__(
+        self, vocab: int, length: int, dim: int, heads: int, layers: int = 2
+    ) -> None:
         super().__init__()
-        check_sizes(vocab=vocab, length=length, dim=dim, heads=heads, layers=layers)
+        check_sizes(
+            vocab=vocab, length=length, dim=dim, heads=heads, layers=layers
+        )
         self.tokens = nn.Embedding(vocab, dim)
         self.positions = nn.Embedding(length, dim)
-        self.layers = nn.ModuleList(MultiHeadAttention(dim, heads) for _ in range(layers))
+        self.layers = nn.ModuleList(
+            MultiHeadAttention(dim, heads) for _ in range(layers)
+        )
         self.readout = nn.Linear(dim, vocab)
 
     def forward(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
         """`tokens (B, N)` ->
         `(logits (B, N, vocab), [weights (B, H, N, N) of each layer])`."""
-        x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[-1]))  # (B, N, dim)
+        x = self.tokens(tokens) + self.positions(
+            torch.arange(tokens.shape[-1])
+        )  # (B, N, dim)
         weights = []
         for layer in self.layers:
-            out, layer_weights = layer(x, is_causal=True, need_weights=True)  # (B, N, dim)
+            out, layer_weights = layer(
+                x, is_causal=True, need_weights=True
+            )  # (B, N, dim)
             x = x + out  # each layer writes into the residual stream
             weights.append(layer_weights)
         return self.readout(x), weights
@@ -221,10 +256,16 @@ def train_induction(
     def batch_loss(model: AttentionOnly) -> Tensor:
         tokens, n = repeated_segments(32, length, vocab, generator)
         logits, _ = model(tokens)  # (B, N, vocab)
-        scored = predictable(n, length)  # (B, N): where the next token can be known
-        return F.cross_entropy(logits[:, :-1][scored[:, :-1]], tokens[:, 1:][scored[:, :-1]])
+        scored = predictable(
+            n, length
+        )  # (B, N): where the next token can be known
+        return F.cross_entropy(
+            logits[:, :-1][scored[:, :-1]], tokens[:, 1:][scored[:, :-1]]
+        )
 
-    return _fit(AttentionOnly(vocab, length, dim, heads), batch_loss, steps, lr=2e-2)
+    return _fit(
+        AttentionOnly(vocab, length, dim, heads), batch_loss, steps, lr=2e-2
+    )
 
 
 # --8<-- [end:induction]
@@ -243,7 +284,9 @@ def previous_token_scores(weights: Tensor, n: Tensor) -> Tensor:
         `(H,)` scores in [0, 1]; 1 is a perfect previous-token head.
     """
     position = torch.arange(weights.shape[-1])  # (N,)
-    b, t = ((position >= 1) & (position < n[:, None])).nonzero(as_tuple=True)  # (B, N) -> pairs
+    b, t = ((position >= 1) & (position < n[:, None])).nonzero(
+        as_tuple=True
+    )  # (B, N) -> pairs
     return weights[b, :, t, t - 1].mean(0)  # (pairs, H) -> (H,)
 
 
@@ -298,8 +341,12 @@ def measure_induction(seed: int) -> dict[str, float | list[float]]:
     first copy); `without_1`, the accuracy with each head of layer 1 removed.
     """
     model = train_induction(vocab=32, length=24, heads=2, seed=seed)
-    tokens, n = repeated_segments(512, 24, 32, torch.Generator().manual_seed(TEST_SEED))
-    scored = predictable(n, 24)[:, :-1]  # (B, N - 1): where the next token can be known
+    tokens, n = repeated_segments(
+        512, 24, 32, torch.Generator().manual_seed(TEST_SEED)
+    )
+    scored = predictable(n, 24)[
+        :, :-1
+    ]  # (B, N - 1): where the next token can be known
 
     def accuracy() -> float:
         with torch.no_grad():
@@ -320,7 +367,9 @@ def measure_induction(seed: int) -> dict[str, float | list[float]]:
         "induction_1": induction_scores(first, n).tolist(),
         "previous_2": previous_token_scores(second, n).tolist(),
         "induction_2": induction_scores(second, n).tolist(),
-        "late_1": first[:, :, late, late - 1].mean((0, 2)).tolist(),  # (B, H, 12) -> (H,)
+        "late_1": first[:, :, late, late - 1]
+        .mean((0, 2))
+        .tolist(),  # (B, H, 12) -> (H,)
         "without_1": without,
     }
 
@@ -332,11 +381,17 @@ def measure_induction(seed: int) -> dict[str, float | list[float]]:
 VOCAB, LENGTH, WIDTH, DEPTH = 16, 12, 32, 6
 
 
-def max_token_batch(generator: torch.Generator, batch: int = 32) -> tuple[Tensor, Tensor]:
+def max_token_batch(
+    generator: torch.Generator, batch: int = 32
+) -> tuple[Tensor, Tensor]:
     """Random `tokens (B, N)` and the target at every position: the sequence's
     largest token."""
-    tokens = torch.randint(0, VOCAB, (batch, LENGTH), generator=generator)  # (B, N)
-    return tokens, tokens.max(dim=1, keepdim=True).values.expand(batch, LENGTH)  # (B, N)
+    tokens = torch.randint(
+        0, VOCAB, (batch, LENGTH), generator=generator
+    )  # (B, N)
+    return tokens, tokens.max(dim=1, keepdim=True).values.expand(
+        batch, LENGTH
+    )  # (B, N)
 
 
 class MaxTokenStack(nn.Module):
@@ -346,14 +401,24 @@ class MaxTokenStack(nn.Module):
     def __init__(self, pre_ln: bool) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, WIDTH)
-        layer = {"dropout": 0.0, "activation": "gelu", "batch_first": True, "norm_first": pre_ln}
+        layer = {
+            "dropout": 0.0,
+            "activation": "gelu",
+            "batch_first": True,
+            "norm_first": pre_ln,
+        }
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(WIDTH, 4, 2 * WIDTH, **layer) for _ in range(DEPTH)
+            nn.TransformerEncoderLayer(WIDTH, 4, 2 * WIDTH, **layer)
+            for _ in range(DEPTH)
         )
-        self.final_norm = nn.LayerNorm(WIDTH) if pre_ln else nn.Identity()  # pre-LN ends with one
+        self.final_norm = (
+            nn.LayerNorm(WIDTH) if pre_ln else nn.Identity()
+        )  # pre-LN ends with one
         self.head = nn.Linear(WIDTH, VOCAB)
 
-    def forward(self, tokens: Tensor) -> Tensor:  # (B, N) -> logits (B, N, VOCAB)
+    def forward(
+        self, tokens: Tensor
+    ) -> Tensor:  # (B, N) -> logits (B, N, VOCAB)
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x)
@@ -361,7 +426,9 @@ class MaxTokenStack(nn.Module):
 
 
 @remembered
-def train_max_token(pre_ln: bool, steps: int = 120, lr: float = 1e-2, seed: int = 0) -> list[float]:
+def train_max_token(
+    pre_ln: bool, steps: int = 120, lr: float = 1e-2, seed: int = 0
+) -> list[float]:
     """Adam from the first step (no warm-up); the loss of every step. Same seed:
     same weights, batches."""
     torch.manual_seed(seed)
@@ -372,7 +439,9 @@ def train_max_token(pre_ln: bool, steps: int = 120, lr: float = 1e-2, seed: int 
     with one_thread():
         for _ in range(steps):
             tokens, target = max_token_batch(generator)
-            loss = F.cross_entropy(model(tokens).flatten(0, 1), target.flatten())
+            loss = F.cross_entropy(
+                model(tokens).flatten(0, 1), target.flatten()
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

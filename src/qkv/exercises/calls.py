@@ -27,7 +27,8 @@ from torch.overrides import TorchFunctionMode
 from qkv.exercises.exercise import Case
 
 BUDGET_S = 10.0  # seconds a case may take: the references take milliseconds
-PROGRESS_S = 2.0  # seconds between the lines that say a slow case is still running
+# seconds between the lines that say a slow case is still running
+PROGRESS_S = 2.0
 
 
 class OverBudget(BaseException):
@@ -42,8 +43,13 @@ class Call:
     value: object = None
     error: BaseException | None = None
     warned: list[str] = dataclasses.field(default_factory=list)
-    changed: list[str] = dataclasses.field(default_factory=list)  # inputs it changed in place
-    largest: tuple[int, tuple[int, ...]] = (0, ())  # numel and shape of the largest tensor it made
+    changed: list[str] = dataclasses.field(
+        default_factory=list
+    )  # inputs it changed in place
+    largest: tuple[int, tuple[int, ...]] = (
+        0,
+        (),
+    )  # numel and shape of the largest tensor it made
     seconds: float = 0.0
 
     @property
@@ -53,7 +59,10 @@ class Call:
 
 def copies(case: Case) -> list[object]:
     """The case's arguments, tensors copied: neither the reader nor a reference can change the case."""
-    return [value.clone() if isinstance(value, Tensor) else value for value in case.args.values()]
+    return [
+        value.clone() if isinstance(value, Tensor) else value
+        for value in case.args.values()
+    ]
 
 
 def call(fn: Callable[..., object], case: Case, what: str) -> Call:
@@ -63,13 +72,22 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
     watch = _Largest() if case.largest is not None else contextlib.nullcontext()
     start, running = time.monotonic(), [True]
     warn_always = torch.is_warn_always_enabled()
-    torch.set_warn_always(True)  # torch's warn-once warnings, every time: each call is seen alone
-    with warnings.catch_warnings(record=True) as caught, _budget(what, start, running):
+    torch.set_warn_always(
+        True
+    )  # torch's warn-once warnings, every time: each call is seen alone
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        _budget(what, start, running),
+    ):
         warnings.simplefilter("always")
         try:
             with watch:
                 result.value = fn(*args)
-        except (Exception, SystemExit, OverBudget) as error:  # KeyboardInterrupt still interrupts
+        except (
+            Exception,
+            SystemExit,
+            OverBudget,
+        ) as error:  # KeyboardInterrupt still interrupts
             result.error = error
         finally:
             running[0] = False
@@ -87,13 +105,19 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
 
 
 def _unchanged(before: Tensor, after: object) -> bool:
-    if not isinstance(after, Tensor) or after.shape != before.shape or after.dtype != before.dtype:
+    if (
+        not isinstance(after, Tensor)
+        or after.shape != before.shape
+        or after.dtype != before.dtype
+    ):
         return False
     if after.device != before.device:
         return False
     if torch.equal(after, before):
         return True
-    return before.is_floating_point() and torch.allclose(after, before, 0, 0, equal_nan=True)
+    return before.is_floating_point() and torch.allclose(
+        after, before, 0, 0, equal_nan=True
+    )
 
 
 class _Largest(TorchFunctionMode):
@@ -107,10 +131,20 @@ class _Largest(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         made = out if isinstance(out, tuple | list) else (out,)
-        shapes = [tuple(t.shape) for t in made if isinstance(t, Tensor) and t._base is None]
-        if func is F.scaled_dot_product_attention:  # fused: its (..., L, S) scores are inside
+        shapes = [
+            tuple(t.shape)
+            for t in made
+            if isinstance(t, Tensor) and t._base is None
+        ]
+        if (
+            func is F.scaled_dot_product_attention
+        ):  # fused: its (..., L, S) scores are inside
             key = (kwargs or {}).get("key", args[1] if len(args) > 1 else None)
-            shapes += [(*out.shape[:-1], key.size(-2))] if isinstance(key, Tensor) else []
+            shapes += (
+                [(*out.shape[:-1], key.size(-2))]
+                if isinstance(key, Tensor)
+                else []
+            )
         for shape in shapes:
             if math.prod(shape) > self.largest[0]:
                 self.largest = (math.prod(shape), shape)

@@ -1,7 +1,12 @@
 """The exercises, in the order the site is read."""
 
 from qkv.exercises.exercise import Exercise
-from qkv.exercises.fast import CACHE_STEP, LINEAR_ATTENTION, MERGE_PARTIALS, ONLINE_SOFTMAX
+from qkv.exercises.fast import (
+    CACHE_STEP,
+    LINEAR_ATTENTION,
+    MERGE_PARTIALS,
+    ONLINE_SOFTMAX,
+)
 from qkv.exercises.formula import (
     ADDITIVE_SCORES,
     ATTENTION,

@@ -28,14 +28,20 @@ from qkv.exercises.observe import observe
 
 SEED = 1706  # every case of every exercise comes from this seed: a reader and CI see the same ones
 WIDTH = 78  # characters a line may take: a notebook, and a phone held upright
-TOLERANCE = {torch.float64: (1e-5, 1e-6), torch.float32: (1e-4, 1e-5)}  # (rtol, atol)
+TOLERANCE = {
+    torch.float64: (1e-5, 1e-6),
+    torch.float32: (1e-4, 1e-5),
+}  # (rtol, atol)
 NBSP = "\u00a0"  # holds a shape together while a line is wrapped
 GLUED = r"\((?:[^()]|\([^()]*\))*\)|\[[^\[\]]*\]|all float\d+"  # (...), one level deep; [...]
 GRID = (8, 12)  # the largest boolean result drawn as a 0/1 grid: rows, columns
 # where no reader's line is: torch, qkv, and the installed packages and standard library they call
 LIBRARIES = tuple(
     {str(Path(module.__file__).parent) + os.sep for module in (torch, qkv)}
-    | {sysconfig.get_path(name) + os.sep for name in ("stdlib", "purelib", "platlib")}
+    | {
+        sysconfig.get_path(name) + os.sep
+        for name in ("stdlib", "purelib", "platlib")
+    }
 )
 
 
@@ -101,7 +107,9 @@ def check(name: str, fn: Callable[..., object]) -> Result:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with torch.random.fork_rng(devices=[]):  # the reader's function may draw from it: undone
+        with torch.random.fork_rng(
+            devices=[]
+        ):  # the reader's function may draw from it: undone
             result = _run(exercise, fn)
     finally:
         torch.set_num_threads(threads)
@@ -120,15 +128,25 @@ def _exercise(name: object) -> Exercise:
             return exercise
     close = difflib.get_close_matches(name, names(), n=1, cutoff=0.5)
     guess = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"no exercise named {name!r}{guess} The exercises: {', '.join(names())}")
+    raise ValueError(
+        f"no exercise named {name!r}{guess} The exercises: {', '.join(names())}"
+    )
 
 
 def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
-    device = torch.get_default_device()  # the reader's: their function's new tensors go there
-    with contextlib.nullcontext() if device.type == "cpu" else torch.device("cpu"):
+    device = (
+        torch.get_default_device()
+    )  # the reader's: their function's new tensors go there
+    with (
+        contextlib.nullcontext()
+        if device.type == "cpu"
+        else torch.device("cpu")
+    ):
         cases = exercise.cases(torch.Generator().manual_seed(SEED))
         with torch.no_grad():
-            expected = [_outputs(exercise.reference(*copies(case))) for case in cases]
+            expected = [
+                _outputs(exercise.reference(*copies(case))) for case in cases
+            ]
         caller = getattr(fn, "__name__", "<lambda>")
         caller = "your function" if caller == "<lambda>" else caller
         made = []
@@ -136,18 +154,28 @@ def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
             made.append(_call(fn, cases, index, device))
             if index == 0 and made[0].error is None and made[0].value is None:
                 return _not_attempted(exercise, caller, len(cases))
-            lines, position = _verdict(exercise, case, caller, expected[index], made[index])
+            lines, position = _verdict(
+                exercise, case, caller, expected[index], made[index]
+            )
             if lines:
                 break
         else:
             message = f"{exercise.name}: passed all {len(cases)} cases"
-            return Result(exercise.name, "passed", len(cases), len(cases), message)
-        for later in range(index + 1, len(cases)):  # to confirm a hint on more than one case
+            return Result(
+                exercise.name, "passed", len(cases), len(cases), message
+            )
+        for later in range(
+            index + 1, len(cases)
+        ):  # to confirm a hint on more than one case
             if made[-1].over_budget:
                 break
             made.append(_call(fn, cases, later, device))
         hint = _hint(exercise, cases, expected, made, index, device)
-        seen = None if hint else _observed(exercise, expected[index], made[index], position)
+        seen = (
+            None
+            if hint
+            else _observed(exercise, expected[index], made[index], position)
+        )
     head = [f"{exercise.name}: failed case {index + 1} of {len(cases)}"]
     head.append(f"case ({case.label}): {_describe(case.args)}")
     warned = (
@@ -160,9 +188,18 @@ def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
     return Result(exercise.name, "failed", index, len(cases), message, hint)
 
 
-def _call(fn: Callable[..., object], cases: list[Case], index: int, device: torch.device) -> Call:
+def _call(
+    fn: Callable[..., object],
+    cases: list[Case],
+    index: int,
+    device: torch.device,
+) -> Call:
     what = f"case {index + 1} of {len(cases)} ({cases[index].label})"
-    with contextlib.nullcontext() if device.type == "cpu" else torch.device(device):
+    with (
+        contextlib.nullcontext()
+        if device.type == "cpu"
+        else torch.device(device)
+    ):
         return call(fn, cases[index], what)
 
 
@@ -220,26 +257,42 @@ def _compare(
     if len(outputs) > 1:
         wanted = f"({', '.join(outputs)})"
         if not isinstance(got, tuple | list):
-            return [f"{caller} returned {_kind(got)}; it should return a tuple {wanted}"], None
+            return [
+                f"{caller} returned {_kind(got)}; it should return a tuple {wanted}"
+            ], None
         if len(got) != len(outputs):
-            return [f"{caller} returned {len(got)} values; it should return {wanted}"], None
+            return [
+                f"{caller} returned {len(got)} values; it should return {wanted}"
+            ], None
     else:
         got = (got,)
     tolerance = case.tolerance
-    for position, (output, mine, theirs) in enumerate(zip(outputs, got, expected, strict=True)):
-        prefix, returned = (f"{output}: ", "") if len(outputs) > 1 else ("", f"{caller} returned ")
+    for position, (output, mine, theirs) in enumerate(
+        zip(outputs, got, expected, strict=True)
+    ):
+        prefix, returned = (
+            (f"{output}: ", "")
+            if len(outputs) > 1
+            else ("", f"{caller} returned ")
+        )
         lines = _difference(mine, theirs, tolerance, returned)
         if lines:
             return [prefix + lines[0], *lines[1:]], position
     return [], None
 
 
-def _difference(got: object, expected: Tensor, tolerance: tuple | None, returned: str) -> list[str]:
+def _difference(
+    got: object, expected: Tensor, tolerance: tuple | None, returned: str
+) -> list[str]:
     """What is wrong with `got`, in lines; `returned` opens a sentence about it ("attention returned ")."""
     if got is None and returned:
-        return [f"{returned}None for this case: does every path end in a return?"]
+        return [
+            f"{returned}None for this case: does every path end in a return?"
+        ]
     if not isinstance(got, Tensor):
-        return [f"{returned}{'None' if got is None else _kind(got)}, not a torch.Tensor"]
+        return [
+            f"{returned}{'None' if got is None else _kind(got)}, not a torch.Tensor"
+        ]
     if got.device != expected.device:
         return [
             f"{returned}a tensor on the device {got.device}, not on {expected.device} where the "
@@ -253,9 +306,13 @@ def _difference(got: object, expected: Tensor, tolerance: tuple | None, returned
                 f"wrong dtype: expected {_dtype(expected)}, got {_dtype(got)}: that is an "
                 "additive mask (0 = attend, -inf = not); return the bool mask, True = may attend"
             ]
-        right = not got.is_complex() and _close(_cast(got, expected.dtype), expected, tolerance)
+        right = not got.is_complex() and _close(
+            _cast(got, expected.dtype), expected, tolerance
+        )
         note = " (the values are right)" if right else ""
-        return [f"wrong dtype: expected {_dtype(expected)}, got {_dtype(got)}{note}"]
+        return [
+            f"wrong dtype: expected {_dtype(expected)}, got {_dtype(got)}{note}"
+        ]
     if _close(got, expected, tolerance):
         return []
     return _wrong_values(got, expected, tolerance)
@@ -265,7 +322,9 @@ def _additive(got: Tensor, expected: Tensor) -> bool:
     """A float mask of 0 and -inf where a bool one is expected."""
     if expected.dtype != torch.bool or not got.is_floating_point():
         return False
-    return bool(((got == 0) | (got == -math.inf)).all() and (got == -math.inf).any())
+    return bool(
+        ((got == 0) | (got == -math.inf)).all() and (got == -math.inf).any()
+    )
 
 
 def _close(got: Tensor, expected: Tensor, tolerance: tuple | None) -> bool:
@@ -278,7 +337,11 @@ def _close(got: Tensor, expected: Tensor, tolerance: tuple | None) -> bool:
 
 def _same(got: object, other: object, tolerance: tuple | None) -> bool:
     """`got` has `other`'s shape and, cast to its dtype, its values."""
-    if not isinstance(got, Tensor) or not isinstance(other, Tensor) or got.shape != other.shape:
+    if (
+        not isinstance(got, Tensor)
+        or not isinstance(other, Tensor)
+        or got.shape != other.shape
+    ):
         return False
     if got.is_complex():
         return False
@@ -289,16 +352,23 @@ def _cast(x: Tensor, dtype: torch.dtype) -> Tensor:
     return x != 0 if dtype == torch.bool else x.to(dtype)
 
 
-def _wrong_values(got: Tensor, expected: Tensor, tolerance: tuple | None) -> list[str]:
+def _wrong_values(
+    got: Tensor, expected: Tensor, tolerance: tuple | None
+) -> list[str]:
     if not expected.is_floating_point():
         wrong = got != expected
         first = _index(wrong.nonzero()[0])
-        lines = [f"wrong values: {_count(wrong)} entries differ, the first at {first}"]
+        lines = [
+            f"wrong values: {_count(wrong)} entries differ, the first at {first}"
+        ]
         grid = _grids(expected, got)
         if grid:
             return lines + grid
         at = tuple(wrong.nonzero()[0].tolist())
-        return [*lines, f"  expected {expected[at].item()}, got {got[at].item()}"]
+        return [
+            *lines,
+            f"  expected {expected[at].item()}, got {got[at].item()}",
+        ]
     rtol, atol = tolerance or TOLERANCE.get(expected.dtype, (1e-2, 1e-3))
     wrong = ~torch.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
     broken = wrong & ~got.isfinite()
@@ -307,7 +377,9 @@ def _wrong_values(got: Tensor, expected: Tensor, tolerance: tuple | None) -> lis
         head = f"wrong values: {_count(wrong)} differ, {int(broken.sum())} of them inf or NaN"
     else:
         errors = ((got - expected).abs() * wrong).flatten()
-        at = tuple(int(i) for i in torch.unravel_index(errors.argmax(), got.shape))
+        at = tuple(
+            int(i) for i in torch.unravel_index(errors.argmax(), got.shape)
+        )
         head = f"wrong values: {_count(wrong)} differ; the largest error is {errors.max():.1e}"
     wanted, found = _numbers(expected[at].item(), got[at].item())
     return [head, f"  at {_index(at)}: expected {wanted}, got {found}"]
@@ -318,14 +390,20 @@ def _grids(expected: Tensor, got: Tensor) -> list[str]:
     shape = expected.shape
     if len(shape) > 2 and math.prod(shape[1:-1]) != 1:
         return []
-    rows, columns = (shape[0], shape[-1]) if len(shape) >= 2 else (1, math.prod(shape))
+    rows, columns = (
+        (shape[0], shape[-1]) if len(shape) >= 2 else (1, math.prod(shape))
+    )
     if rows > GRID[0] or columns > GRID[1]:
         return []
     left, right = expected.reshape(rows, columns), got.reshape(rows, columns)
     width = max(len("expected"), 2 * columns - 1)
     lines = [f"  {'expected':<{width}}   got"]
-    for mine, theirs in zip(left.int().tolist(), right.int().tolist(), strict=True):
-        lines.append(f"  {' '.join(map(str, mine)):<{width}}   {' '.join(map(str, theirs))}")
+    for mine, theirs in zip(
+        left.int().tolist(), right.int().tolist(), strict=True
+    ):
+        lines.append(
+            f"  {' '.join(map(str, mine)):<{width}}   {' '.join(map(str, theirs))}"
+        )
     return lines
 
 
@@ -352,7 +430,10 @@ def _hint(
             ".T reverses every axis of a batched tensor: transpose the last two, "
             "x.transpose(-2, -1) (or x.mT)"
         )
-    if any("Implicit dimension choice for softmax" in warned for warned in failed.warned):
+    if any(
+        "Implicit dimension choice for softmax" in warned
+        for warned in failed.warned
+    ):
         return (
             "softmax without dim= picks the axis from the tensor's number of axes: "
             "pass dim=-1, the keys"
@@ -373,18 +454,26 @@ def _hint(
 
 
 def _confirmed(
-    exercise: Exercise, mistake: Mistake, cases: list[Case], expected: list[tuple], made: list[Call]
+    exercise: Exercise,
+    mistake: Mistake,
+    cases: list[Case],
+    expected: list[tuple],
+    made: list[Call],
 ) -> bool:
     differs = 0
     for case, right, mine in zip(cases, expected, made, strict=True):
         theirs = _behaviour(mistake, case, right)
         if not _agree(exercise, mine, theirs, case):
             return False
-        differs += isinstance(theirs, BaseException) or not _all_same(theirs, right, case)
+        differs += isinstance(theirs, BaseException) or not _all_same(
+            theirs, right, case
+        )
     return differs >= 2
 
 
-def _behaviour(mistake: Mistake, case: Case, right: tuple) -> tuple | BaseException:
+def _behaviour(
+    mistake: Mistake, case: Case, right: tuple
+) -> tuple | BaseException:
     try:
         with torch.no_grad():
             if isinstance(mistake, Generic):
@@ -394,7 +483,9 @@ def _behaviour(mistake: Mistake, case: Case, right: tuple) -> tuple | BaseExcept
         return error
 
 
-def _agree(exercise: Exercise, mine: Call, theirs: tuple | BaseException, case: Case) -> bool:
+def _agree(
+    exercise: Exercise, mine: Call, theirs: tuple | BaseException, case: Case
+) -> bool:
     """The reader's call and a mistake did the same: the same kind of error, or the same outputs."""
     if mine.error is not None or isinstance(theirs, BaseException):
         return type(mine.error) is type(theirs)
@@ -424,7 +515,11 @@ class Generic(Mistake):
 def _generic_mistakes(case: Case, expected: tuple) -> list[Mistake]:
     """Every value 0, an input handed back, the result transposed."""
     (right,) = expected
-    zero = "every entry is False" if right.dtype == torch.bool else "every value is 0"
+    zero = (
+        "every entry is False"
+        if right.dtype == torch.bool
+        else "every value is 0"
+    )
     generic = [Generic(zero, lambda case, right: torch.zeros_like(right[0]))]
     for name in case.args:
         generic.append(
@@ -442,7 +537,9 @@ def _generic_mistakes(case: Case, expected: tuple) -> list[Mistake]:
     return generic
 
 
-def _known_error(exercise: Exercise, error: BaseException, said: str, device) -> str | None:
+def _known_error(
+    exercise: Exercise, error: BaseException, said: str, device
+) -> str | None:
     """A hint that the error's own text makes certain."""
     if device.type != "cpu" and "device" in said:
         return (
@@ -476,26 +573,40 @@ def _raised(caller: str, error: BaseException) -> list[str]:
     """What the reader's exception says and where in their code it came from."""
     text = str(error).strip().splitlines()
     said = textwrap.shorten(text[0], 200) if text else ""
-    lines = [f"{caller} raised {type(error).__name__}" + (f": {said}" if said else "")]
+    lines = [
+        f"{caller} raised {type(error).__name__}"
+        + (f": {said}" if said else "")
+    ]
     frames = _readers_frames(error)
     if frames:
         frame, code = frames[-1], (frames[-1].line or "").strip()
-        lines.append(f"  at line {frame.lineno} of {frame.name}" + (f": {code}" if code else ""))
+        lines.append(
+            f"  at line {frame.lineno} of {frame.name}"
+            + (f": {code}" if code else "")
+        )
     return lines
 
 
-def _observed(exercise: Exercise, expected: tuple, made: Call, position: int | None) -> str | None:
+def _observed(
+    exercise: Exercise, expected: tuple, made: Call, position: int | None
+) -> str | None:
     """What is seen of a wrong output, when no cause is certain."""
     if position is None or made.error is not None:
         return None
     got = made.value[position] if len(exercise.outputs) > 1 else made.value
     right = expected[position]
-    if not isinstance(got, Tensor) or got.device != right.device or got.is_complex():
+    if (
+        not isinstance(got, Tensor)
+        or got.device != right.device
+        or got.is_complex()
+    ):
         return None
     tolerance = TOLERANCE.get(right.dtype, (1e-2, 1e-3))
     if got.dtype != right.dtype:
         got = _cast(got, right.dtype)
-    return observe(got, right, lambda a, b: a.shape == b.shape and _close(a, b, tolerance))
+    return observe(
+        got, right, lambda a, b: a.shape == b.shape and _close(a, b, tolerance)
+    )
 
 
 # --- text --------------------------------------------------------------------------------------------------
@@ -508,7 +619,10 @@ def _describe(args: dict[str, object]) -> str:
     parts = []
     for name, value in args.items():
         if _is_float(value):
-            parts.append(f"{name}{NBSP}{_shape(value)}" + ("" if common else f" {_dtype(value)}"))
+            parts.append(
+                f"{name}{NBSP}{_shape(value)}"
+                + ("" if common else f" {_dtype(value)}")
+            )
         elif isinstance(value, Tensor) and value.numel() <= 8:
             dtype = "" if value.dtype == torch.int64 else f" {_dtype(value)}"
             parts.append(f"{name}{NBSP}{value.tolist()}{dtype}")
@@ -527,7 +641,11 @@ def _is_float(value: object) -> bool:
 
 def _kind(value: object) -> str:
     kind = type(value)
-    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    name = (
+        kind.__name__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__name__}"
+    )
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
@@ -566,5 +684,9 @@ def _wrap(lines: list[str]) -> str:
         glued = re.sub(GLUED, lambda m: m.group().replace(" ", NBSP), line)
         indent = " " * (len(line) - len(line.lstrip()) + 2)
         short = len(line) <= WIDTH
-        wrapped += [glued] if short else textwrap.wrap(glued, WIDTH, subsequent_indent=indent)
+        wrapped += (
+            [glued]
+            if short
+            else textwrap.wrap(glued, WIDTH, subsequent_indent=indent)
+        )
     return "\n".join(wrapped).replace(NBSP, " ")

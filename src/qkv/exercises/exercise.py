@@ -26,8 +26,10 @@ class Case:
 
     label: str
     args: dict[str, object]
-    tolerance: tuple[float, float] | None = None  # (rtol, atol); None: the dtype's own
-    largest: int | None = None  # entries no tensor the reader's function makes may reach: its cost
+    # (rtol, atol); None: the dtype's own
+    tolerance: tuple[float, float] | None = None
+    # entries no tensor the reader's function makes may reach: its cost
+    largest: int | None = None
     cost: str = ""  # what `largest` stands for, in the verdict: "the full (L, S) scores"
 
 
@@ -45,18 +47,26 @@ class Exercise:
 
     name: str
     signature: str  # how `check` calls the reader's function
-    outputs: tuple[str, ...]  # the names of what it returns: one tensor, or a tuple of them
+    outputs: tuple[
+        str, ...
+    ]  # the names of what it returns: one tensor, or a tuple of them
     reference: Callable[..., object]
     cases: Callable[[torch.Generator], list[Case]]
     mistakes: tuple[Mistake, ...]
 
 
-def normal(gen: torch.Generator, *shape: int, dtype=torch.float64, std=1.0, mean=0.0) -> Tensor:
+def normal(
+    gen: torch.Generator, *shape: int, dtype=torch.float64, std=1.0, mean=0.0
+) -> Tensor:
     """Normal draws, made in float64 then cast, so that a case's float32 copy is its float64 one rounded."""
-    return (torch.randn(shape, generator=gen, dtype=torch.float64) * std + mean).to(dtype)
+    return (
+        torch.randn(shape, generator=gen, dtype=torch.float64) * std + mean
+    ).to(dtype)
 
 
-def integers(gen: torch.Generator, *shape: int, low: int, high: int, dtype=torch.float32) -> Tensor:
+def integers(
+    gen: torch.Generator, *shape: int, low: int, high: int, dtype=torch.float32
+) -> Tensor:
     """Whole numbers in [low, high] as floats: large scores that every order of operations gets exactly."""
     return torch.randint(low, high + 1, shape, generator=gen).to(dtype)
 
@@ -72,7 +82,9 @@ NO_MAX = (
     "(softmax(x) = softmax(x - max)), or use torch.softmax"
 )
 BY_D = "the scores are divided by d_k: divide by sqrt(d_k), the scale 1/sqrt(D)"
-UNSCALED = "the scores are not scaled: multiply q k^T by 1/sqrt(D) before the softmax"
+UNSCALED = (
+    "the scores are not scaled: multiply q k^T by 1/sqrt(D) before the softmax"
+)
 
 
 def naive_softmax(scores: Tensor, dim: int = -1) -> Tensor:
@@ -88,7 +100,9 @@ def attend(q, k, v, scale=None, dim=-1, softmax=torch.softmax) -> Tensor:
     return softmax(scores, dim=dim) @ v  # (..., L, Dv)
 
 
-def attention_inputs(gen, batch, L, S, D, Dv, dtype=torch.float64) -> dict[str, object]:
+def attention_inputs(
+    gen, batch, L, S, D, Dv, dtype=torch.float64
+) -> dict[str, object]:
     """q (*batch, L, D), k (*batch, S, D), v (*batch, S, Dv)."""
     return {
         "q": normal(gen, *batch, L, D, dtype=dtype),
@@ -97,7 +111,9 @@ def attention_inputs(gen, batch, L, S, D, Dv, dtype=torch.float64) -> dict[str, 
     }
 
 
-def attention_shapes() -> list[tuple[str, tuple, int, int, int, int, torch.dtype]]:
+def attention_shapes() -> list[
+    tuple[str, tuple, int, int, int, int, torch.dtype]
+]:
     """(label, batch, L, S, D, Dv, dtype) of the attention exercises' cases, small first."""
     f32, f64 = torch.float32, torch.float64
     return [

@@ -64,8 +64,15 @@ def cache_cases(gen: torch.Generator) -> list[Case]:
 
 def causal_step(cache_k, cache_v, q, k, v) -> tuple[Tensor, Tensor, Tensor]:
     """Append, then attend with torch's top-left causal mask."""
-    keys, values = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
-    return F.scaled_dot_product_attention(q, keys, values, is_causal=True), keys, values
+    keys, values = (
+        torch.cat([cache_k, k], dim=2),
+        torch.cat([cache_v, v], dim=2),
+    )
+    return (
+        F.scaled_dot_product_attention(q, keys, values, is_causal=True),
+        keys,
+        values,
+    )
 
 
 FORGETS = (
@@ -74,8 +81,13 @@ FORGETS = (
 )
 
 
-def appended(cache_k, cache_v, q, k, v, **kwargs) -> tuple[Tensor, Tensor, Tensor]:
-    keys, values = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
+def appended(
+    cache_k, cache_v, q, k, v, **kwargs
+) -> tuple[Tensor, Tensor, Tensor]:
+    keys, values = (
+        torch.cat([cache_k, k], dim=2),
+        torch.cat([cache_v, v], dim=2),
+    )
     return attend(q, keys, values, **kwargs), keys, values
 
 
@@ -88,7 +100,10 @@ CACHE_STEP = Exercise(
     mistakes=(
         Mistake(
             FORGETS,
-            lambda ck, cv, q, k, v: (attend(q, ck, cv), *appended(ck, cv, q, k, v)[1:]),
+            lambda ck, cv, q, k, v: (
+                attend(q, ck, cv),
+                *appended(ck, cv, q, k, v)[1:],
+            ),
         ),
         Mistake(
             "return the caches with the new key and value appended: (B, H, T + 1, D)",
@@ -99,7 +114,9 @@ CACHE_STEP = Exercise(
             "the new key and value go at the end of the cache: torch.cat([cache_k, k], dim=2)",
             lambda ck, cv, q, k, v: appended(k, v, q, ck, cv),
         ),
-        Mistake(BY_D, lambda *args: appended(*args, scale=1 / args[2].size(-1))),
+        Mistake(
+            BY_D, lambda *args: appended(*args, scale=1 / args[2].size(-1))
+        ),
         Mistake(UNSCALED, lambda *args: appended(*args, scale=1.0)),
         Mistake(
             "is_causal=True aligns the mask top-left, so the one new query sees only the first "
@@ -138,7 +155,9 @@ def online(
     """
     scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
     S = k.size(-2)
-    m = torch.full(q.shape[:-1], start_max, dtype=q.dtype)  # running max (..., L)
+    m = torch.full(
+        q.shape[:-1], start_max, dtype=q.dtype
+    )  # running max (..., L)
     total = torch.zeros(q.shape[:-1], dtype=q.dtype)  # running sum (..., L)
     acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)  # (..., L, Dv)
     for start in range(0, S if tail else S - S % block_size, block_size):
@@ -147,11 +166,21 @@ def online(
             v[..., start : start + block_size, :],
         )
         scores = q @ k_block.transpose(-2, -1) * scale  # (..., L, n)
-        m_new = torch.maximum(m, scores.amax(-1)) if track_max else torch.zeros_like(m)
-        alpha = torch.exp((m_new - m) if flip else (m - m_new)) if track_max else torch.ones_like(m)
+        m_new = (
+            torch.maximum(m, scores.amax(-1))
+            if track_max
+            else torch.zeros_like(m)
+        )
+        alpha = (
+            torch.exp((m_new - m) if flip else (m - m_new))
+            if track_max
+            else torch.ones_like(m)
+        )
         p = torch.exp(scores - m_new[..., None])  # (..., L, n)
         total = (total * alpha if rescale[0] else total) + p.sum(-1)
-        acc = (acc * alpha[..., None] if rescale[1] else acc) + p @ v_block  # (..., L, Dv)
+        acc = (
+            acc * alpha[..., None] if rescale[1] else acc
+        ) + p @ v_block  # (..., L, Dv)
         m = m_new
     return acc / total[..., None] if divide else acc
 
@@ -168,11 +197,21 @@ def online_cases(gen: torch.Generator) -> list[Case]:
         ("many keys, small blocks", (2,), 6, 16, 2, 3, 4, torch.float64),
     ]
     cases = [
-        Case(label, {**attention_inputs(gen, batch, L, S, D, Dv, dtype), "block_size": block})
+        Case(
+            label,
+            {
+                **attention_inputs(gen, batch, L, S, D, Dv, dtype),
+                "block_size": block,
+            },
+        )
         for label, batch, L, S, D, Dv, block, dtype in rows
     ]
-    watched = cases[-1]  # its full scores (2, 6, 16) outnumber its inputs and any tile
-    cases[-1] = dataclasses.replace(watched, largest=2 * 6 * 16, cost="the full (L, S) scores")
+    watched = cases[
+        -1
+    ]  # its full scores (2, 6, 16) outnumber its inputs and any tile
+    cases[-1] = dataclasses.replace(
+        watched, largest=2 * 6 * 16, cost="the full (L, S) scores"
+    )
     large = [  # (label, L, S, dtype, low, high)
         ("float32, large scores", 3, 7, torch.float32, -30, 30),
         ("float32, every score below -128", 3, 5, torch.float32, 8, 30),
@@ -181,7 +220,11 @@ def online_cases(gen: torch.Generator) -> list[Case]:
     return [
         *cases,
         *(
-            Case(label, {**large_scores(gen, L, S, dtype, low, high), "block_size": 2}, LOOSE)
+            Case(
+                label,
+                {**large_scores(gen, L, S, dtype, low, high), "block_size": 2},
+                LOOSE,
+            )
             for label, L, S, dtype, low, high in large
         ),
     ]
@@ -199,7 +242,9 @@ ONLINE_SOFTMAX = Exercise(
     cases=online_cases,
     mistakes=(
         Mistake(NO_RESCALE, lambda *args: online(*args, rescale=(True, False))),
-        Mistake(NO_RESCALE, lambda *args: online(*args, rescale=(False, False))),
+        Mistake(
+            NO_RESCALE, lambda *args: online(*args, rescale=(False, False))
+        ),
         Mistake(NO_RESCALE, lambda *args: online(*args, rescale=(False, True))),
         Mistake(
             "exp overflowed on large scores: keep the running max m and take exp(scores - m_new)",
@@ -210,8 +255,16 @@ ONLINE_SOFTMAX = Exercise(
             "loop over range(0, S, block_size)",
             lambda *args: online(*args, tail=False),
         ),
-        Mistake(BY_D, lambda q, k, v, block_size: online(q, k, v, block_size, 1 / q.size(-1))),
-        Mistake(UNSCALED, lambda q, k, v, block_size: online(q, k, v, block_size, 1.0)),
+        Mistake(
+            BY_D,
+            lambda q, k, v, block_size: online(
+                q, k, v, block_size, 1 / q.size(-1)
+            ),
+        ),
+        Mistake(
+            UNSCALED,
+            lambda q, k, v, block_size: online(q, k, v, block_size, 1.0),
+        ),
         Mistake(
             "the running max starts at 0: a row whose scores are all below about -104 (float32) "
             "underflows to 0 / 0; start it at -inf",
@@ -234,12 +287,24 @@ ONLINE_SOFTMAX = Exercise(
 
 
 def linear_cases(gen: torch.Generator) -> list[Case]:
-    cases = [Case(label, attention_inputs(gen, *shape)) for label, *shape in attention_shapes()]
-    watched = attention_inputs(gen, (2,), 12, 16, 2, 3)  # scores (2, 12, 16) outnumber the inputs
-    return [*cases, Case("many keys", watched, largest=2 * 12 * 16, cost="the (N, S) scores")]
+    cases = [
+        Case(label, attention_inputs(gen, *shape))
+        for label, *shape in attention_shapes()
+    ]
+    watched = attention_inputs(
+        gen, (2,), 12, 16, 2, 3
+    )  # scores (2, 12, 16) outnumber the inputs
+    return [
+        *cases,
+        Case(
+            "many keys", watched, largest=2 * 12 * 16, cost="the (N, S) scores"
+        ),
+    ]
 
 
-def kernelised(q, k, v, phi=lambda x: F.elu(x) + 1, normalised=True, column=True) -> Tensor:
+def kernelised(
+    q, k, v, phi=lambda x: F.elu(x) + 1, normalised=True, column=True
+) -> Tensor:
     """Linear attention as readers write it, with their mistakes' knobs."""
     phi_q, phi_k = phi(q), phi(k)  # (..., L, D), (..., S, D)
     out = phi_q @ (phi_k.transpose(-2, -1) @ v)  # (..., L, Dv)
@@ -305,14 +370,20 @@ def partials_cases(gen: torch.Generator) -> list[Case]:
 
     empty = partials((4, 3))
     empty["out_a"][1:3] = 0.0
-    empty["lse_a"][1:3] = -math.inf  # queries 1 and 2 saw no key in block a (a causal ring)
+    empty["lse_a"][
+        1:3
+    ] = -math.inf  # queries 1 and 2 saw no key in block a (a causal ring)
     return [
         Case("small", partials((3, 4))),
         Case("length 1", partials((1, 2))),
         Case("batch and heads", partials((2, 3, 4, 5))),
         Case("a block with no key for some queries", empty),
         Case("float32", partials((2, 4, 3), torch.float32)),
-        Case("float32, lse near 100", partials((3, 4), torch.float32, std=100.0), LOOSE),
+        Case(
+            "float32, lse near 100",
+            partials((3, 4), torch.float32, std=100.0),
+            LOOSE,
+        ),
         Case("float64, lse near 1000", partials((3, 4), std=1000.0), LOOSE),
     ]
 
@@ -370,7 +441,10 @@ MERGE_PARTIALS = Exercise(
         ),
         Mistake(
             "the log-sum-exp of the union is torch.logaddexp(lse_a, lse_b), not the larger one",
-            lambda oa, la, ob, lb: (_merge(oa, la, ob, lb)[0], torch.maximum(la, lb)),
+            lambda oa, la, ob, lb: (
+                _merge(oa, la, ob, lb)[0],
+                torch.maximum(la, lb),
+            ),
         ),
         Mistake(
             "exp(lse) overflowed: weigh by exp(lse_a - lse) with lse = torch.logaddexp(lse_a, "

@@ -33,7 +33,10 @@ from qkv.masks import causal_mask, padding_mask
 
 
 def attention_cases(gen: torch.Generator) -> list[Case]:
-    cases = [Case(label, attention_inputs(gen, *shape)) for label, *shape in attention_shapes()]
+    cases = [
+        Case(label, attention_inputs(gen, *shape))
+        for label, *shape in attention_shapes()
+    ]
     return [
         *cases,
         Case("float32, large scores", large_scores(gen, 3, 5), LOOSE),
@@ -83,7 +86,9 @@ ATTENTION = Exercise(
         ),
         Mistake(
             "these are the attention weights: multiply them by v",
-            lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1),
+            lambda q, k, v: torch.softmax(
+                q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1
+            ),
         ),
     ),
 )
@@ -94,8 +99,12 @@ ATTENTION = Exercise(
 
 def softmax_cases(gen: torch.Generator) -> list[Case]:
     masked = normal(gen, 3, 5)
-    masked[[0, 1, 1, 2], [1, 0, 4, 2]] = -math.inf  # masked scores, no row wholly masked
-    offsets = torch.tensor([[1e4], [-1e4], [0.0]])  # rows far apart: one max for all would fail
+    masked[
+        [0, 1, 1, 2], [1, 0, 4, 2]
+    ] = -math.inf  # masked scores, no row wholly masked
+    offsets = torch.tensor(
+        [[1e4], [-1e4], [0.0]]
+    )  # rows far apart: one max for all would fail
     large = integers(gen, 3, 6, low=-8, high=8, dtype=torch.float64) + offsets
     large[2, :2] = torch.tensor([1e4, -1e4])  # one row spread from -1e4 to 1e4
     return [
@@ -144,13 +153,16 @@ STABLE_SOFTMAX = Exercise(
         ),
         Mistake(
             "subtract each row's max, not its min: exp(x - min) still overflows",
-            lambda scores: naive_softmax(scores - scores.amin(-1, keepdim=True)),
+            lambda scores: naive_softmax(
+                scores - scores.amin(-1, keepdim=True)
+            ),
         ),
         Mistake(
             "the exponentials are shifted by the max but their sum is not: divide exp(x - max) "
             "by the sum of exp(x - max)",
             lambda scores: (
-                (scores - scores.amax(-1, keepdim=True)).exp() / scores.exp().sum(-1, keepdim=True)
+                (scores - scores.amax(-1, keepdim=True)).exp()
+                / scores.exp().sum(-1, keepdim=True)
             ),
         ),
         Mistake(
@@ -233,7 +245,9 @@ CAUSAL_MASK = Exercise(
         ),
         Mistake(
             "the alignments are swapped: top-left keeps j <= i, bottom-right j <= i + S - L",
-            lambda L, S, alignment: lower_triangle(L, S, S - L if alignment == "top_left" else 0),
+            lambda L, S, alignment: lower_triangle(
+                L, S, S - L if alignment == "top_left" else 0
+            ),
         ),
         Mistake(
             "that is the upper triangle (triu): each query would see the future; causal keeps "
@@ -264,7 +278,9 @@ def padding_cases(gen: torch.Generator) -> list[Case]:
         Case(
             label,
             {
-                "lengths": torch.tensor(lengths, dtype=torch.int32 if "int32" in label else None),
+                "lengths": torch.tensor(
+                    lengths, dtype=torch.int32 if "int32" in label else None
+                ),
                 "S": S,
             },
         )
@@ -310,7 +326,8 @@ PADDING_MASK = Exercise(
             "that masks the padded queries too, (B, 1, S, S): the padding mask is over keys "
             "only, (B, 1, 1, S), and broadcasts over the queries",
             lambda lengths, S: (
-                padding_mask(lengths, S) & padding_mask(lengths, S).transpose(-2, -1)
+                padding_mask(lengths, S)
+                & padding_mask(lengths, S).transpose(-2, -1)
             ),
         ),
     ),
@@ -336,11 +353,22 @@ def tanh_of_sum(a: Tensor, b: Tensor) -> Tensor:
     return torch.tanh(a + b)
 
 
-def bahdanau(query, keys, W, U, v, combine=tanh_of_sum, transpose_w=False, transpose_u=False):
+def bahdanau(
+    query,
+    keys,
+    W,
+    U,
+    v,
+    combine=tanh_of_sum,
+    transpose_w=False,
+    transpose_u=False,
+):
     """`v . combine(W q, U k)` as readers write it, with their mistakes' knobs."""
     q = query @ (W if transpose_w else W.T)  # (B, L, A)
     k = keys @ (U if transpose_u else U.T)  # (B, S, A)
-    return combine(q[:, :, None, :], k[:, None, :, :]) @ v  # (B, L, S, A) @ (A,) -> (B, L, S)
+    return (
+        combine(q[:, :, None, :], k[:, None, :, :]) @ v
+    )  # (B, L, S, A) @ (A,) -> (B, L, S)
 
 
 def additive_cases(gen: torch.Generator) -> list[Case]:
@@ -383,14 +411,21 @@ ADDITIVE_SCORES = Exercise(
         ),
         Mistake(
             "tanh of the sum, not a sum of tanhs: q_i and k_j meet inside the tanh",
-            lambda *args: bahdanau(*args, combine=lambda a, b: a.tanh() + b.tanh()),
+            lambda *args: bahdanau(
+                *args, combine=lambda a, b: a.tanh() + b.tanh()
+            ),
         ),
         Mistake(LINEAR_LAYOUT, lambda *args: bahdanau(*args, transpose_w=True)),
         Mistake(LINEAR_LAYOUT, lambda *args: bahdanau(*args, transpose_u=True)),
-        Mistake(LINEAR_LAYOUT, lambda *args: bahdanau(*args, transpose_w=True, transpose_u=True)),
+        Mistake(
+            LINEAR_LAYOUT,
+            lambda *args: bahdanau(*args, transpose_w=True, transpose_u=True),
+        ),
         Mistake(
             "v weighs the hidden units: hidden @ v, not their plain sum",
-            lambda query, keys, W, U, v: bahdanau(query, keys, W, U, torch.ones_like(v)),
+            lambda query, keys, W, U, v: bahdanau(
+                query, keys, W, U, torch.ones_like(v)
+            ),
         ),
         Mistake(
             "v comes after the tanh: v . tanh(W q_i + U k_j), not tanh(v . (W q_i + U k_j))",

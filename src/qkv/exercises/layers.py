@@ -47,7 +47,9 @@ HEAD_SHAPES = [  # (label, B, N, H, D/H, dtype)
 
 def split_cases(gen: torch.Generator) -> list[Case]:
     return [
-        Case(label, {"x": normal(gen, B, N, H * hd, dtype=dtype), "num_heads": H})
+        Case(
+            label, {"x": normal(gen, B, N, H * hd, dtype=dtype), "num_heads": H}
+        )
         for label, B, N, H, hd, dtype in HEAD_SHAPES
     ]
 
@@ -62,7 +64,9 @@ def merge_heads_cases(gen: torch.Generator) -> list[Case]:
 def channels_strided(x: Tensor, num_heads: int) -> Tensor:
     """Head h takes channels h, h + H, h + 2H, ...: the split through (B, N, D/H, H)."""
     B, N, D = x.shape
-    return x.reshape(B, N, D // num_heads, num_heads).permute(0, 3, 1, 2)  # (B, H, N, D/H)
+    return x.reshape(B, N, D // num_heads, num_heads).permute(
+        0, 3, 1, 2
+    )  # (B, H, N, D/H)
 
 
 SPLIT_HEADS = Exercise(
@@ -121,9 +125,27 @@ def rope_cases(gen: torch.Generator) -> list[Case]:
         ("position 0", (1, 2), [0], 10000.0, torch.float64),
         ("small", (3, 4), range(3), 10000.0, torch.float64),
         ("batch", (2, 5, 8), range(5), 10000.0, torch.float64),
-        ("positions after a cache", (4, 8), range(6, 10), 10000.0, torch.float64),
-        ("batch and heads, base 100", (2, 3, 4, 6), range(4), 100.0, torch.float64),
-        ("D = 2, positions in any order", (3, 2), [2, 0, 5], 10000.0, torch.float64),
+        (
+            "positions after a cache",
+            (4, 8),
+            range(6, 10),
+            10000.0,
+            torch.float64,
+        ),
+        (
+            "batch and heads, base 100",
+            (2, 3, 4, 6),
+            range(4),
+            100.0,
+            torch.float64,
+        ),
+        (
+            "D = 2, positions in any order",
+            (3, 2),
+            [2, 0, 5],
+            10000.0,
+            torch.float64,
+        ),
         ("length 1", (1, 8), [7], 10000.0, torch.float64),
         ("float32", (2, 2, 5, 8), range(5), 10000.0, torch.float32),
         (
@@ -154,11 +176,19 @@ def rope_cases(gen: torch.Generator) -> list[Case]:
     ]
 
 
-def turned(x, positions, base, exponents=None, dtype=torch.float64, swap=False) -> Tensor:
+def turned(
+    x, positions, base, exponents=None, dtype=torch.float64, swap=False
+) -> Tensor:
     """RoPE as readers write it, with their mistakes' knobs: pair i turns at `base**exponents[i]`."""
     D = x.size(-1)
-    exponents = -torch.arange(0, D, 2, dtype=torch.float64) / D if exponents is None else exponents
-    angles = positions[:, None].to(dtype) * (base**exponents).to(dtype)  # (N, D/2)
+    exponents = (
+        -torch.arange(0, D, 2, dtype=torch.float64) / D
+        if exponents is None
+        else exponents
+    )
+    angles = positions[:, None].to(dtype) * (base**exponents).to(
+        dtype
+    )  # (N, D/2)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if swap:
         cos, sin = sin, cos
@@ -169,7 +199,10 @@ def turned(x, positions, base, exponents=None, dtype=torch.float64, swap=False) 
 def rope_by_index(x: Tensor, positions: Tensor, base: float) -> Tensor:
     """Pair i turning at `base**(-i/D)`, twice as slow as it should for the last pairs."""
     return turned(
-        x, positions, base, -torch.arange(x.size(-1) // 2, dtype=torch.float64) / x.size(-1)
+        x,
+        positions,
+        base,
+        -torch.arange(x.size(-1) // 2, dtype=torch.float64) / x.size(-1),
     )
 
 
@@ -183,7 +216,9 @@ ROPE = Exercise(
         Mistake(
             "that is the interleaved layout, pairs (2i, 2i+1); here channel i pairs with "
             "i + D/2 (rotate half: x1, x2 = x.chunk(2, dim=-1))",
-            lambda x, positions, base: apply_rope(x, positions, base=base, interleaved=True),
+            lambda x, positions, base: apply_rope(
+                x, positions, base=base, interleaved=True
+            ),
         ),
         Mistake(
             "the rotation goes the wrong way: (x1 cos - x2 sin, x1 sin + x2 cos), "
@@ -206,7 +241,9 @@ ROPE = Exercise(
         Mistake(
             "the angles were computed in float32, which is off by about 1e-3 radians at "
             "positions in the tens of thousands: compute them in float64, then round cos and sin",
-            lambda x, positions, base: turned(x, positions, base, dtype=torch.float32),
+            lambda x, positions, base: turned(
+                x, positions, base, dtype=torch.float32
+            ),
         ),
         Mistake(
             "cos and sin are swapped: pair i turns to (x1 cos - x2 sin, x1 sin + x2 cos)",
@@ -223,7 +260,11 @@ ROPE = Exercise(
         Mistake(
             "the exponent must be negative: theta_i = base**(-2i/D), slower for later pairs",
             lambda x, positions, base: turned(
-                x, positions, base, torch.arange(0, x.size(-1), 2, dtype=torch.float64) / x.size(-1)
+                x,
+                positions,
+                base,
+                torch.arange(0, x.size(-1), 2, dtype=torch.float64)
+                / x.size(-1),
             ),
         ),
     ),
@@ -233,11 +274,23 @@ ROPE = Exercise(
 # --- transformer-block/layer-norm --------------------------------------------------------------------------
 
 
-def normalise(x, weight, bias, eps, dim=-1, correction=0, inside=True, sqrt=True, two_pass=True):
+def normalise(
+    x,
+    weight,
+    bias,
+    eps,
+    dim=-1,
+    correction=0,
+    inside=True,
+    sqrt=True,
+    two_pass=True,
+):
     """Layer norm as readers write it, with their mistakes' knobs."""
     mean = x.mean(dim, keepdim=True)
     if two_pass:
-        var = ((x - mean) ** 2).sum(dim, keepdim=True) / (x.size(dim) - correction)
+        var = ((x - mean) ** 2).sum(dim, keepdim=True) / (
+            x.size(dim) - correction
+        )
     else:
         var = (x**2).mean(dim, keepdim=True) - mean**2
     if not sqrt:
@@ -274,7 +327,9 @@ LAYER_NORM = Exercise(
     name="transformer-block/layer-norm",
     signature="fn(x, weight, bias, eps)",
     outputs=("out",),
-    reference=lambda x, weight, bias, eps: F.layer_norm(x, x.shape[-1:], weight, bias, eps),
+    reference=lambda x, weight, bias, eps: F.layer_norm(
+        x, x.shape[-1:], weight, bias, eps
+    ),
     cases=layer_norm_cases,
     mistakes=(
         Mistake(
@@ -296,7 +351,9 @@ LAYER_NORM = Exercise(
         ),
         Mistake(
             "weight and bias apply after normalising: x_hat * weight + bias",
-            lambda x, weight, bias, eps: normalise(x * weight + bias, 1.0, 0.0, eps),
+            lambda x, weight, bias, eps: normalise(
+                x * weight + bias, 1.0, 0.0, eps
+            ),
         ),
         Mistake(
             "weight and bias are swapped: weight multiplies, bias adds",
@@ -319,7 +376,8 @@ LAYER_NORM = Exercise(
             "that is the mean and variance of the whole tensor: take them over each row's last "
             "axis (dim=-1, keepdim=True)",
             lambda x, weight, bias, eps: (
-                (x - x.mean()) / torch.sqrt(x.var(correction=0) + eps) * weight + bias
+                (x - x.mean()) / torch.sqrt(x.var(correction=0) + eps) * weight
+                + bias
             ),
         ),
     ),

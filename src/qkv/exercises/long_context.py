@@ -22,7 +22,14 @@ def window_cases(gen: torch.Generator) -> list[Case]:
         ("float32", (2, 2, 40, 4), 16, 4, torch.float32),
     ]
     return [
-        Case(label, {"x": normal(gen, *shape, dtype=dtype), "window": window, "sinks": sinks})
+        Case(
+            label,
+            {
+                "x": normal(gen, *shape, dtype=dtype),
+                "window": window,
+                "sinks": sinks,
+            },
+        )
         for label, shape, window, sinks, dtype in rows
     ]
 
@@ -31,7 +38,10 @@ def kept(x: Tensor, window: int, sinks: int, rule: str) -> Tensor:
     """The eviction as readers write it, with the knob their mistakes turn."""
     if x.size(-2) <= window:
         return x
-    first, recent = x[..., :sinks, :], x[..., x.size(-2) - (window - sinks) :, :]
+    first, recent = (
+        x[..., :sinks, :],
+        x[..., x.size(-2) - (window - sinks) :, :],
+    )
     if rule == "no sinks":
         return x[..., -window:, :]
     if rule == "window recent":

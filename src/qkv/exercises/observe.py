@@ -64,7 +64,11 @@ def _scaled(got: Tensor, expected: Tensor, close) -> str | None:
         return f"observed: every value is {factor:.4g} times the expected one"
     if expected.dim() >= 1 and expected.size(-1) > 1:
         safe = torch.where(big, expected, torch.ones_like(expected))
-        row = torch.where(big, got / safe, torch.nan).nanmedian(-1, keepdim=True).values
+        row = (
+            torch.where(big, got / safe, torch.nan)
+            .nanmedian(-1, keepdim=True)
+            .values
+        )
         if row.isfinite().all() and close(got, expected * row):
             return "observed: each row is the expected row times a factor of its own"
     return None
@@ -81,7 +85,9 @@ def _permuted(got: Tensor, expected: Tensor, close) -> str | None:
     rows = got.dim() >= 1 and got.size(-1) > 1
     if rows and close(got.sort(-1).values, expected.sort(-1).values):
         return "observed: each row holds the expected values, in another order"
-    if got.numel() > 1 and close(got.flatten().sort().values, expected.flatten().sort().values):
+    if got.numel() > 1 and close(
+        got.flatten().sort().values, expected.flatten().sort().values
+    ):
         return "observed: the expected values, in other places"
     return None
 
@@ -89,7 +95,9 @@ def _permuted(got: Tensor, expected: Tensor, close) -> str | None:
 def _shifted(got: Tensor, expected: Tensor, close) -> str | None:
     for axis in range(-1, -got.dim() - 1, -1):
         n = got.size(axis)
-        longest = min(MAX_SHIFT, n // 2)  # the moved part overlaps half the axis at least
+        longest = min(
+            MAX_SHIFT, n // 2
+        )  # the moved part overlaps half the axis at least
         for step in (s for k in range(1, longest + 1) for s in (k, -k)):
             mine = got.narrow(axis, max(step, 0), n - abs(step))
             theirs = expected.narrow(axis, max(-step, 0), n - abs(step))
@@ -109,7 +117,8 @@ def _rows(got: Tensor, expected: Tensor, close) -> str | None:
         return None
     rows = got.reshape(-1, got.size(-1))
     right = [
-        close(mine, theirs) for mine, theirs in zip(rows, expected.reshape(rows.shape), strict=True)
+        close(mine, theirs)
+        for mine, theirs in zip(rows, expected.reshape(rows.shape), strict=True)
     ]
     wrong = [i for i, ok in enumerate(right) if not ok]
     if len(wrong) == len(right):

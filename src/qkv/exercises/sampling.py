@@ -27,7 +27,12 @@ def top_p_cases(gen: torch.Generator) -> list[Case]:
     return [
         Case(
             label,
-            {"probs": torch.softmax(normal(gen, *shape, std=spread), -1).to(dtype), "p": p},
+            {
+                "probs": torch.softmax(normal(gen, *shape, std=spread), -1).to(
+                    dtype
+                ),
+                "p": p,
+            },
         )
         for label, shape, spread, p, dtype in rows
     ]

@@ -24,25 +24,39 @@ def gather_cases(gen: torch.Generator) -> list[Case]:
     ]
     cases = []
     for label, P, H, page_size, D, n, length, dtype in rows:
-        table = torch.randperm(P, generator=gen)[:n]  # (n,): any pages of the pool, in any order
+        table = torch.randperm(P, generator=gen)[
+            :n
+        ]  # (n,): any pages of the pool, in any order
         pages = normal(gen, P, H, page_size, D, dtype=dtype)
-        cases.append(Case(label, {"pages": pages, "block_table": table, "length": length}))
+        cases.append(
+            Case(
+                label, {"pages": pages, "block_table": table, "length": length}
+            )
+        )
     return cases
 
 
-def gathered(pages, block_table, length, order="table", heads_first=True, cut=True) -> Tensor:
+def gathered(
+    pages, block_table, length, order="table", heads_first=True, cut=True
+) -> Tensor:
     """The lookup as readers write it, with the knobs their mistakes turn."""
     n = len(block_table)
     if order == "pool":
         chosen = pages[:n]  # the pool's first pages
     elif order == "sorted":
-        chosen = pages[block_table.sort().values]  # the table's pages, in the pool's order
+        chosen = pages[
+            block_table.sort().values
+        ]  # the table's pages, in the pool's order
     else:
         chosen = pages[block_table]  # (n, H, page_size, D)
     if not heads_first:
-        tokens = chosen.reshape(pages.size(1), -1, pages.size(-1))  # heads and pages mixed
+        tokens = chosen.reshape(
+            pages.size(1), -1, pages.size(-1)
+        )  # heads and pages mixed
     elif order == "slots first":
-        tokens = chosen.permute(1, 2, 0, 3).flatten(1, 2)  # (H, page_size * n, D), interleaved
+        tokens = chosen.permute(1, 2, 0, 3).flatten(
+            1, 2
+        )  # (H, page_size * n, D), interleaved
     else:
         tokens = chosen.transpose(0, 1).flatten(1, 2)  # (H, n * page_size, D)
     return tokens[:, :length] if cut else tokens
@@ -58,7 +72,9 @@ GATHER_PAGES = Exercise(
         Mistake(
             "these are the pool's first pages: read the pages the block table names, "
             "in its order (pages[block_table])",
-            lambda pages, block_table, length: gathered(pages, block_table, length, order="pool"),
+            lambda pages, block_table, length: gathered(
+                pages, block_table, length, order="pool"
+            ),
         ),
         Mistake(
             "the tokens are interleaved: token t is in page t // page_size, slot "
@@ -77,11 +93,15 @@ GATHER_PAGES = Exercise(
         Mistake(
             "the pages are in the pool's order: read them in the block table's order, "
             "pages[block_table]",
-            lambda pages, block_table, length: gathered(pages, block_table, length, order="sorted"),
+            lambda pages, block_table, length: gathered(
+                pages, block_table, length, order="sorted"
+            ),
         ),
         Mistake(
             "the empty slots of the last page were kept: cut the tokens at length",
-            lambda pages, block_table, length: gathered(pages, block_table, length, cut=False),
+            lambda pages, block_table, length: gathered(
+                pages, block_table, length, cut=False
+            ),
         ),
     ),
 )

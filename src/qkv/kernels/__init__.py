@@ -72,7 +72,9 @@ def flash_attention(
         raise ModuleNotFoundError(NO_TRITON, name="triton")
     from qkv.kernels.flash import flash_attention as kernel
 
-    return kernel(q, k, v, causal, scale, window=window, key_lengths=key_lengths)
+    return kernel(
+        q, k, v, causal, scale, window=window, key_lengths=key_lengths
+    )
 
 
 def flash_attention_varlen(
@@ -213,5 +215,11 @@ def decode_attention(
     from qkv.kernels.decode import decode_attention as kernel
 
     return kernel(
-        q, k, v, lengths=lengths, block_tables=block_tables, num_splits=num_splits, scale=scale
+        q,
+        k,
+        v,
+        lengths=lengths,
+        block_tables=block_tables,
+        num_splits=num_splits,
+        scale=scale,
     )

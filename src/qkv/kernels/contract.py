@@ -45,7 +45,8 @@ def interpreted() -> bool:
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
-MAX_GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0 allows 2**31 - 1)
+# CUDA's limit on grid axes 1 and 2 (axis 0 allows 2**31 - 1)
+MAX_GRID_YZ = 65535
 
 
 class Refusal(NamedTuple):
@@ -56,7 +57,11 @@ class Refusal(NamedTuple):
 
 
 def refusal(
-    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None = None, dropout_p: float = 0.0
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask | None = None,
+    dropout_p: float = 0.0,
 ) -> Refusal | None:
     """Why the kernels cannot take `q`, `k`, `v` with `mask` and `dropout_p`, or None if they can.
 
@@ -71,10 +76,16 @@ def refusal(
         dropout_p: the probability of dropping an attention weight.
     """
     if dropout_p > 0.0:
-        return Refusal(ValueError, f"the kernels have no dropout, got dropout_p={dropout_p}")
+        return Refusal(
+            ValueError,
+            f"the kernels have no dropout, got dropout_p={dropout_p}",
+        )
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dim() != 4:
-            return Refusal(ValueError, f"{name} must be 4-D (B, H, N, D), got shape {shape(x)}")
+            return Refusal(
+                ValueError,
+                f"{name} must be 4-D (B, H, N, D), got shape {shape(x)}",
+            )
     if q.dtype not in DTYPES:
         return Refusal(
             TypeError,
@@ -82,7 +93,9 @@ def refusal(
         )
     shapes = f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
     if not q.size(0) == k.size(0) == v.size(0):
-        return Refusal(ValueError, f"q, k and v disagree on the batch size B: {shapes}")
+        return Refusal(
+            ValueError, f"q, k and v disagree on the batch size B: {shapes}"
+        )
     if k.size(1) != v.size(1) or q.size(1) % k.size(1) != 0:
         return Refusal(
             ValueError,
@@ -90,12 +103,18 @@ def refusal(
             f"attention): {shapes}",
         )
     if k.size(2) != v.size(2):
-        return Refusal(ValueError, f"k and v disagree on length S: k {shape(k)} vs v {shape(v)}")
+        return Refusal(
+            ValueError,
+            f"k and v disagree on length S: k {shape(k)} vs v {shape(v)}",
+        )
     if not q.size(3) == k.size(3) == v.size(3):
-        return Refusal(ValueError, f"q, k and v disagree on head size D: {shapes}")
+        return Refusal(
+            ValueError, f"q, k and v disagree on head size D: {shapes}"
+        )
     if q.size(3) not in HEAD_DIMS:
         return Refusal(
-            ValueError, f"head size D must be one of {HEAD_DIMS}, got {q.size(3)}: q {shape(q)}"
+            ValueError,
+            f"head size D must be one of {HEAD_DIMS}, got {q.size(3)}: q {shape(q)}",
         )
     if max(q.shape[:2]) > MAX_GRID_YZ:
         return Refusal(
@@ -105,7 +124,8 @@ def refusal(
         )
     if q.size(2) == 0 or k.size(2) == 0:
         return Refusal(
-            ValueError, f"q and k need at least one position: q {shape(q)}, k {shape(k)}"
+            ValueError,
+            f"q and k need at least one position: q {shape(q)}, k {shape(k)}",
         )
     refused = _platform_refusal(q)
     if refused is not None:
@@ -220,19 +240,30 @@ def check_packed_inputs(
             f"k's heads H_kv must be at least 1 and divide q's heads H (grouped-query attention): {shapes}"
         )
     if q.size(2) != k.size(2) or q.size(2) not in HEAD_DIMS:
-        raise ValueError(f"q, k and v need one head size D in {HEAD_DIMS}: {shapes}")
+        raise ValueError(
+            f"q, k and v need one head size D in {HEAD_DIMS}: {shapes}"
+        )
     if q.size(1) > MAX_GRID_YZ:
         raise ValueError(
             f"q's heads H must be at most {MAX_GRID_YZ} (CUDA's limit on a launch grid axis): q {shape(q)}"
         )
-    for name, cu_seqlens in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+    for name, cu_seqlens in (
+        ("cu_seqlens_q", cu_seqlens_q),
+        ("cu_seqlens_k", cu_seqlens_k),
+    ):
         if isinstance(cu_seqlens, Tensor) and cu_seqlens.device != q.device:
-            raise ValueError(f"{name} is on {cu_seqlens.device} but q is on {q.device}")
+            raise ValueError(
+                f"{name} is on {cu_seqlens.device} but q is on {q.device}"
+            )
     refused = _platform_refusal(q)
     if refused is not None:
         raise refused.error(refused.reason)
-    lengths_q = check_cumulative_lengths("cu_seqlens_q", cu_seqlens_q, q.size(0), f"q {shape(q)}")
-    lengths_k = check_cumulative_lengths("cu_seqlens_k", cu_seqlens_k, k.size(0), f"k {shape(k)}")
+    lengths_q = check_cumulative_lengths(
+        "cu_seqlens_q", cu_seqlens_q, q.size(0), f"q {shape(q)}"
+    )
+    lengths_k = check_cumulative_lengths(
+        "cu_seqlens_k", cu_seqlens_k, k.size(0), f"k {shape(k)}"
+    )
     if len(lengths_q) != len(lengths_k):
         raise ValueError(
             "cu_seqlens_q and cu_seqlens_k disagree on the number of sequences N: "
@@ -267,9 +298,7 @@ def _longest(name: str, given: object, lengths: list[int]) -> int:
     return given
 
 
-MAX_DECODE_QUERIES = (
-    64  # decode_attention's L at most: a few new tokens (prefill is flash_attention's)
-)
+MAX_DECODE_QUERIES = 64  # decode_attention's L at most: a few new tokens (prefill is flash_attention's)
 MAX_SPLITS = 128  # the merge kernel holds one row's partial outputs of every split at once
 
 
@@ -296,8 +325,14 @@ def check_decode_inputs(
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, x)
         if x.dim() != 4:
-            layout = "(B, H, L, D)" if name == "q" else "(B, H_kv, S, D) or (P, H_kv, page_size, D)"
-            raise ValueError(f"{name} must be 4-D {layout}, got shape {shape(x)}")
+            layout = (
+                "(B, H, L, D)"
+                if name == "q"
+                else "(B, H_kv, S, D) or (P, H_kv, page_size, D)"
+            )
+            raise ValueError(
+                f"{name} must be 4-D {layout}, got shape {shape(x)}"
+            )
     check_same_dtype_and_device(q=q, k=k, v=v)
     check_scale(scale)
     if q.dtype not in DTYPES:
@@ -307,7 +342,9 @@ def check_decode_inputs(
     batch, heads, seqlen_q, head_dim = q.shape
     shapes = f"q {shape(q)}, k {shape(k)}, v {shape(v)}"
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape: k {shape(k)} vs v {shape(v)}")
+        raise ValueError(
+            f"k and v must have the same shape: k {shape(k)} vs v {shape(v)}"
+        )
     if 0 in (batch, heads, *k.shape[:3]):
         raise ValueError(
             f"q's B and H and k's first three sizes must be at least 1 (nothing to decode): {shapes}"
@@ -317,7 +354,9 @@ def check_decode_inputs(
             f"k's heads H_kv must divide q's heads H (grouped-query attention): {shapes}"
         )
     if k.size(3) != head_dim or head_dim not in HEAD_DIMS:
-        raise ValueError(f"q, k and v need one head size D in {HEAD_DIMS}: {shapes}")
+        raise ValueError(
+            f"q, k and v need one head size D in {HEAD_DIMS}: {shapes}"
+        )
     if not 1 <= seqlen_q <= MAX_DECODE_QUERIES:
         raise ValueError(
             f"decode_attention takes 1 to {MAX_DECODE_QUERIES} new queries L (use flash_attention "
@@ -329,9 +368,13 @@ def check_decode_inputs(
         )
     if num_splits is not None:
         if isinstance(num_splits, bool) or not isinstance(num_splits, int):
-            raise TypeError(f"num_splits must be an int or None, got {type(num_splits).__name__}")
+            raise TypeError(
+                f"num_splits must be an int or None, got {type(num_splits).__name__}"
+            )
         if not 1 <= num_splits <= MAX_SPLITS:
-            raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
+            raise ValueError(
+                f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}"
+            )
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         raise ValueError(
             "decode_attention computes no gradients (forward only, for inference): call it under "
@@ -349,7 +392,9 @@ def check_decode_inputs(
             "run on a GPU"
         )
     if lengths is not None:
-        _check_lengths(lengths, seqlen_q, capacity, k.size(2), block_tables, k.size(0))
+        _check_lengths(
+            lengths, seqlen_q, capacity, k.size(2), block_tables, k.size(0)
+        )
 
 
 def _check_cache_layout(
@@ -361,13 +406,17 @@ def _check_cache_layout(
         if x is None:
             continue
         if not isinstance(x, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
+            raise TypeError(
+                f"{name} must be a torch.Tensor or None, got {type(x).__name__}"
+            )
         if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
         if x.device != q.device:
             raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
     if lengths is not None and lengths.shape != (batch,):
-        raise ValueError(f"lengths must be (B,) = ({batch},), got {shape(lengths)}")
+        raise ValueError(
+            f"lengths must be (B,) = ({batch},), got {shape(lengths)}"
+        )
     if block_tables is None:
         if k.size(0) != batch:
             raise ValueError(
@@ -376,7 +425,9 @@ def _check_cache_layout(
             )
         return k.size(2)
     if lengths is None:
-        raise ValueError("a paged cache (block_tables given) needs lengths (B,): the tokens cached")
+        raise ValueError(
+            "a paged cache (block_tables given) needs lengths (B,): the tokens cached"
+        )
     if block_tables.dim() != 2 or block_tables.size(0) != batch:
         raise ValueError(
             f"block_tables must be (B, max_pages) with B = {batch}, got {shape(block_tables)}"
@@ -402,7 +453,11 @@ def _check_lengths(
     if block_tables is None:
         return
     pages_read = (lengths[:, None] + page_size - 1) // page_size  # (B, 1)
-    read = block_tables[torch.arange(block_tables.size(1), device=lengths.device) < pages_read]
+    read = block_tables[
+        torch.arange(block_tables.size(1), device=lengths.device) < pages_read
+    ]
     if read.numel() and (read.min() < 0 or read.max() >= pages):
         outside = read[(read < 0) | (read >= pages)].tolist()
-        raise ValueError(f"block_tables reads pages outside the pool's {pages}: {outside}")
+        raise ValueError(
+            f"block_tables reads pages outside the pool's {pages}: {outside}"
+        )

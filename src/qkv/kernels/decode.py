@@ -58,7 +58,14 @@ MIN_KEYS_PER_SPLIT = 256  # the default never splits finer: each program gets a 
 
 @triton.jit
 def _key_rows(
-    BlockTable, sequence, kv_head, cols, kv_len, heads_kv, page_size, MASKED: tl.constexpr
+    BlockTable,
+    sequence,
+    kv_head,
+    cols,
+    kv_len,
+    heads_kv,
+    page_size,
+    MASKED: tl.constexpr,
 ):
     """Where keys `cols` of one sequence and key/value head lie: rows of the cache seen as `(rows, D)`.
 
@@ -68,7 +75,9 @@ def _key_rows(
     """
     if BlockTable is not None:
         if MASKED:
-            page = tl.load(BlockTable + cols // page_size, mask=cols < kv_len, other=0)
+            page = tl.load(
+                BlockTable + cols // page_size, mask=cols < kv_len, other=0
+            )
         else:
             page = tl.load(BlockTable + cols // page_size)
         slot = cols % page_size
@@ -81,9 +90,13 @@ def _key_rows(
 
 
 @triton.jit
-def _load_keys(Ptr, key_rows, cols, kv_len, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
+def _load_keys(
+    Ptr, key_rows, cols, kv_len, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr
+):
     """The `(BLOCK_N, HEAD_DIM)` rows `key_rows` of `Ptr`; with MASKED, keys at or past `kv_len` read as zeros."""
-    pointers = Ptr + key_rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    pointers = (
+        Ptr + key_rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    )
     if MASKED:
         return tl.load(pointers, mask=(cols < kv_len)[:, None], other=0.0)
     return tl.load(pointers)
@@ -100,13 +113,24 @@ def _attend_to_keys(
     for tile in range(start, end, BLOCK_N):
         cols = tile + tl.arange(0, BLOCK_N)
         key_rows = _key_rows(
-            BlockTable, sequence, kv_head, cols, kv_len, heads_kv, page_size, MASKED
+            BlockTable,
+            sequence,
+            kv_head,
+            cols,
+            kv_len,
+            heads_kv,
+            page_size,
+            MASKED,
         )
         k = _load_keys(K, key_rows, cols, kv_len, HEAD_DIM, MASKED)
         v = _load_keys(V, key_rows, cols, kv_len, HEAD_DIM, MASKED)
-        scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
+        scores = (
+            tl.dot(q, tl.trans(k)) * qk_scale
+        )  # (BLOCK_M, BLOCK_N), in log2 units
         if MASKED:  # query at position p sees keys j <= p (and so none at or past kv_len)
-            scores = tl.where(cols[None, :] <= positions[:, None], scores, float("-inf"))
+            scores = tl.where(
+                cols[None, :] <= positions[:, None], scores, float("-inf")
+            )
         m_new = tl.maximum(m_i, tl.max(scores, 1))
         shift = m_new
         if MASKED:
@@ -124,7 +148,15 @@ def _attend_to_keys(
 
 
 # --8<-- [start:split-kernel]
-@triton.jit(do_not_specialize=["seqlen_q", "heads_kv", "group", "page_size", "num_splits"])
+@triton.jit(
+    do_not_specialize=[
+        "seqlen_q",
+        "heads_kv",
+        "group",
+        "page_size",
+        "num_splits",
+    ]
+)
 def _split_kernel(
     Q, K, V, BlockTables, Lengths,  # (B, H, L, D), cache twice, (B, max_pages) or None, (B,)
     PartialOut, PartialLSE,  # (B * H * L, num_splits, D), (B * H * L, num_splits), float32
@@ -133,14 +165,22 @@ def _split_kernel(
 ):  # fmt: skip
     """One program: one split of one sequence's keys, for (up to BLOCK_M of) one key/value head's queries."""
     split = tl.program_id(0)
-    group_rows = group * seqlen_q  # the queries of one key/value head: group heads x L tokens
+    group_rows = (
+        group * seqlen_q
+    )  # the queries of one key/value head: group heads x L tokens
     row_blocks = tl.cdiv(group_rows, BLOCK_M)
     kv_head = tl.program_id(1) // row_blocks
-    rows = tl.program_id(1) % row_blocks * BLOCK_M + tl.arange(0, BLOCK_M)  # r = member * L + i
+    rows = tl.program_id(1) % row_blocks * BLOCK_M + tl.arange(
+        0, BLOCK_M
+    )  # r = member * L + i
     sequence = tl.program_id(2)
-    first_row = (sequence.to(tl.int64) * heads_kv + kv_head) * group_rows  # in (B, H, L) order
+    first_row = (
+        sequence.to(tl.int64) * heads_kv + kv_head
+    ) * group_rows  # in (B, H, L) order
     q = tl.load(
-        Q + (first_row + rows[:, None]) * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :],
+        Q
+        + (first_row + rows[:, None]) * HEAD_DIM
+        + tl.arange(0, HEAD_DIM)[None, :],
         mask=(rows < group_rows)[:, None],
         other=0.0,
     )
@@ -148,18 +188,26 @@ def _split_kernel(
     if BlockTables is not None:
         BlockTable = BlockTables + sequence.to(tl.int64) * max_pages
     kv_len = tl.load(Lengths + sequence)
-    positions = kv_len - seqlen_q + rows % seqlen_q  # query i is token kv_len - L + i
+    positions = (
+        kv_len - seqlen_q + rows % seqlen_q
+    )  # query i is token kv_len - L + i
 
     # This split's keys [lo, hi): the sequence's tiles shared out evenly, whole tiles per split.
     per_split = tl.cdiv(tl.cdiv(kv_len, BLOCK_N), num_splits) * BLOCK_N
     lo = split * per_split
     hi = min(lo + per_split, kv_len)
-    seen_by_all = (kv_len - seqlen_q + 1) // BLOCK_N * BLOCK_N  # keys below: full tiles, no mask
+    seen_by_all = (
+        (kv_len - seqlen_q + 1) // BLOCK_N * BLOCK_N
+    )  # keys below: full tiles, no mask
     mid = min(max(lo, seen_by_all), hi)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of the scores (log2 units)
+    m_i = tl.full(
+        [BLOCK_M], float("-inf"), tl.float32
+    )  # running max of the scores (log2 units)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(scores - m_i)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # running sum of exp2(scores - m_i) @ v
+    acc = tl.zeros(
+        [BLOCK_M, HEAD_DIM], tl.float32
+    )  # running sum of exp2(scores - m_i) @ v
     acc, l_i, m_i = _attend_to_keys(  # full tiles
         acc, l_i, m_i, q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions,
         kv_len, lo, mid, qk_scale, HEAD_DIM, BLOCK_N, False,
@@ -169,10 +217,14 @@ def _split_kernel(
         kv_len, mid, hi, qk_scale, HEAD_DIM, BLOCK_N, True,
     )  # fmt: skip
 
-    empty = l_i == 0.0  # no key of this split for this row: zeros, and a weight of exp(-inf) = 0
+    empty = (
+        l_i == 0.0
+    )  # no key of this split for this row: zeros, and a weight of exp(-inf) = 0
     l_i = tl.where(empty, 1.0, l_i)
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_i)) / LOG2E)
-    slots = (first_row + rows) * num_splits + split  # (BLOCK_M,): this split's entry of each row
+    slots = (
+        first_row + rows
+    ) * num_splits + split  # (BLOCK_M,): this split's entry of each row
     kept = rows < group_rows
     dims = tl.arange(0, HEAD_DIM)
     tl.store(
@@ -197,11 +249,23 @@ def _merge_kernel(
     splits = tl.arange(0, BLOCK_SPLITS)
     dims = tl.arange(0, HEAD_DIM)
     real = splits < num_splits
-    lse = tl.load(PartialLSE + row * num_splits + splits, mask=real, other=float("-inf"))
-    weights = tl.exp(lse - tl.max(lse, 0))  # (BLOCK_SPLITS,): exp(lse_s - m), 0 for empty splits
-    pointers = PartialOut + (row * num_splits + splits[:, None]) * HEAD_DIM + dims[None, :]
-    partial = tl.load(pointers, mask=real[:, None], other=0.0)  # (BLOCK_SPLITS, HEAD_DIM)
-    out = tl.sum(weights[:, None] * partial, 0) / tl.sum(weights, 0)  # (HEAD_DIM,)
+    lse = tl.load(
+        PartialLSE + row * num_splits + splits, mask=real, other=float("-inf")
+    )
+    weights = tl.exp(
+        lse - tl.max(lse, 0)
+    )  # (BLOCK_SPLITS,): exp(lse_s - m), 0 for empty splits
+    pointers = (
+        PartialOut
+        + (row * num_splits + splits[:, None]) * HEAD_DIM
+        + dims[None, :]
+    )
+    partial = tl.load(
+        pointers, mask=real[:, None], other=0.0
+    )  # (BLOCK_SPLITS, HEAD_DIM)
+    out = tl.sum(weights[:, None] * partial, 0) / tl.sum(
+        weights, 0
+    )  # (HEAD_DIM,)
     tl.store(Out + row * HEAD_DIM + dims, out.to(Out.dtype.element_ty))
 
 
@@ -269,16 +333,26 @@ def decode(
     if num_splits is None:
         multiprocessors = 1  # under the interpreter: one program at a time
         if q.is_cuda:
-            multiprocessors = torch.cuda.get_device_properties(q.device).multi_processor_count
+            multiprocessors = torch.cuda.get_device_properties(
+                q.device
+            ).multi_processor_count
         num_splits = default_splits(
-            batch * heads_kv * row_blocks, multiprocessors, max_pages * page_size
+            batch * heads_kv * row_blocks,
+            multiprocessors,
+            max_pages * page_size,
         )
     scale = 1 / math.sqrt(head_dim) if scale is None else scale
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     rows = batch * heads * seqlen_q
-    partial_out = torch.empty(rows, num_splits, head_dim, device=q.device, dtype=torch.float32)
-    partial_lse = torch.empty(rows, num_splits, device=q.device, dtype=torch.float32)
-    out = torch.empty_like(q)  # (B, H, L, D), its rows in (B, H, L) order like the partial ones
+    partial_out = torch.empty(
+        rows, num_splits, head_dim, device=q.device, dtype=torch.float32
+    )
+    partial_lse = torch.empty(
+        rows, num_splits, device=q.device, dtype=torch.float32
+    )
+    out = torch.empty_like(
+        q
+    )  # (B, H, L, D), its rows in (B, H, L) order like the partial ones
     with _on_device(q):
         _tuned_split[(num_splits, heads_kv * row_blocks, batch)](
             q, k, v, block_tables, lengths.to(torch.int32).contiguous(), partial_out, partial_lse,
@@ -303,7 +377,11 @@ def decode_attention(
     scale: float | None = None,
 ) -> Tensor:
     """Check the inputs and run the kernels; documented, and imported lazily, as `qkv.decode_attention`."""
-    contract.check_decode_inputs(q, k, v, lengths, block_tables, num_splits, scale)
+    contract.check_decode_inputs(
+        q, k, v, lengths, block_tables, num_splits, scale
+    )
     if lengths is None:
-        lengths = torch.full((q.size(0),), k.size(2), device=q.device, dtype=torch.int32)
+        lengths = torch.full(
+            (q.size(0),), k.size(2), device=q.device, dtype=torch.int32
+        )
     return decode(q, k, v, lengths, block_tables, num_splits, scale)

@@ -56,7 +56,9 @@ from qkv.kernels.contract import Packing
 from qkv.masks import Causal, Mask, parse_mask
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
-INTERPRETED = contract.interpreted()  # read when the kernels below are decorated
+INTERPRETED = (
+    contract.interpreted()
+)  # read when the kernels below are decorated
 AUTOTUNE = not INTERPRETED and os.environ.get("QKV_FLASH_AUTOTUNE", "1") != "0"
 
 
@@ -95,7 +97,10 @@ def _sequence(CuSeqlens, seqlen, heads):
     else:
         first = tl.load(CuSeqlens + sequence)
         length = tl.load(CuSeqlens + sequence + 1) - first
-        start, head_rows = first.to(tl.int64), tl.load(CuSeqlens + tl.num_programs(2)).to(tl.int64)
+        start, head_rows = (
+            first.to(tl.int64),
+            tl.load(CuSeqlens + tl.num_programs(2)).to(tl.int64),
+        )
     return start, head_rows, length
 
 
@@ -108,7 +113,9 @@ def _kept_keys(KeyLengths, seqlen_k):
     """
     kv_len = seqlen_k
     if KeyLengths is not None:
-        kv_len = tl.minimum(tl.maximum(tl.load(KeyLengths + tl.program_id(2)), 0), seqlen_k)
+        kv_len = tl.minimum(
+            tl.maximum(tl.load(KeyLengths + tl.program_id(2)), 0), seqlen_k
+        )
         kv_len = kv_len.to(tl.int32)
     return kv_len
 
@@ -125,7 +132,9 @@ def _load_rows(Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _load_columns(Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
+def _load_columns(
+    Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr
+):
     """`_load_rows` read transposed, `(HEAD_DIM, len(index))`: rows `index` become columns."""
     pointers = Ptr + index[None, :] * HEAD_DIM + tl.arange(0, HEAD_DIM)[:, None]
     if MASKED:
@@ -137,7 +146,15 @@ def _load_columns(Ptr, index, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexp
 
 # --8<-- [start:keep]
 @triton.jit
-def _keep(rows, cols, kv_len, offset, window, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+def _keep(
+    rows,
+    cols,
+    kv_len,
+    offset,
+    window,
+    CAUSAL: tl.constexpr,
+    WINDOW: tl.constexpr,
+):
     """The mask of one tile: True where a query of `rows` may attend a key of
     `cols`.
 
@@ -170,9 +187,19 @@ def _attend_to_keys(
         cols = tile + tl.arange(0, BLOCK_N)
         k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
         v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
-        scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
+        scores = (
+            tl.dot(q, tl.trans(k)) * qk_scale
+        )  # (BLOCK_M, BLOCK_N), in log2 units
         if MASKED:
-            keep = _keep(rows[:, None], cols[None, :], kv_len, offset, window, CAUSAL, WINDOW)
+            keep = _keep(
+                rows[:, None],
+                cols[None, :],
+                kv_len,
+                offset,
+                window,
+                CAUSAL,
+                WINDOW,
+            )
             scores = tl.where(keep, scores, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, 1))
         shift = m_new
@@ -193,7 +220,15 @@ def _attend_to_keys(
 
 
 # --8<-- [start:forward-kernel]
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
+@triton.jit(
+    do_not_specialize=[
+        "seqlen_q",
+        "seqlen_k",
+        "bottom_right",
+        "window",
+        "group",
+    ]
+)
 def _forward_kernel(
     # (B, H, L, D), (B, H_kv, S, D) twice, (B, H, L, D), (B, H, L), (B,)
     Q, K, V, Out, LSE, KeyLengths,
@@ -206,18 +241,28 @@ def _forward_kernel(
     tiles they may see."""
     block = tl.program_id(0)
     head = tl.program_id(1)  # its key/value head is head // group
-    q_start, q_head_rows, seqlen_q = _sequence(CuSeqlensQ, seqlen_q, tl.num_programs(1))
-    k_start, k_head_rows, seqlen_k = _sequence(CuSeqlensK, seqlen_k, tl.num_programs(1) // group)
-    if block * BLOCK_M >= seqlen_q:  # past the end of a shorter sequence of a packed batch
+    q_start, q_head_rows, seqlen_q = _sequence(
+        CuSeqlensQ, seqlen_q, tl.num_programs(1)
+    )
+    k_start, k_head_rows, seqlen_k = _sequence(
+        CuSeqlensK, seqlen_k, tl.num_programs(1) // group
+    )
+    if (
+        block * BLOCK_M >= seqlen_q
+    ):  # past the end of a shorter sequence of a packed batch
         return
-    q_rows = q_start + head * q_head_rows  # where this head of the sequence begins
+    q_rows = (
+        q_start + head * q_head_rows
+    )  # where this head of the sequence begins
     k_rows = k_start + head // group * k_head_rows
     Q += q_rows * HEAD_DIM
     Out += q_rows * HEAD_DIM
     LSE += q_rows
     K += k_rows * HEAD_DIM
     V += k_rows * HEAD_DIM
-    offset = (seqlen_k - seqlen_q) * bottom_right  # causal: query i sees keys j <= i + offset
+    offset = (
+        seqlen_k - seqlen_q
+    ) * bottom_right  # causal: query i sees keys j <= i + offset
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, True)
@@ -228,12 +273,20 @@ def _forward_kernel(
         first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW
     )
     # --8<-- [start:stages]
-    start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_N)
+    start, full_start, full_end, end = _tile_ranges(
+        lo_first, lo_last, hi_first, hi_last, BLOCK_N
+    )
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of the scores (log2 units)
+    m_i = tl.full(
+        [BLOCK_M], float("-inf"), tl.float32
+    )  # running max of the scores (log2 units)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(scores - m_i)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # running sum of exp2(scores - m_i) @ v
-    if WINDOW:  # tiles across the window's far edge (without a window there are none)
+    acc = tl.zeros(
+        [BLOCK_M, HEAD_DIM], tl.float32
+    )  # running sum of exp2(scores - m_i) @ v
+    if (
+        WINDOW
+    ):  # tiles across the window's far edge (without a window there are none)
         acc, l_i, m_i = _attend_to_keys(
             acc, l_i, m_i, q, K, V, rows, start, full_start,
             kv_len, offset, window, qk_scale,
@@ -257,7 +310,11 @@ def _forward_kernel(
     out = acc / l_i[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_i)) / LOG2E)
     dims = tl.arange(0, HEAD_DIM)
-    tl.store(Out + rows[:, None] * HEAD_DIM + dims[None, :], out, mask=(rows < seqlen_q)[:, None])
+    tl.store(
+        Out + rows[:, None] * HEAD_DIM + dims[None, :],
+        out,
+        mask=(rows < seqlen_q)[:, None],
+    )
     tl.store(LSE + rows, lse, mask=rows < seqlen_q)
 
 
@@ -265,13 +322,19 @@ def _forward_kernel(
 
 
 @triton.jit(do_not_specialize=["seqlen_q"])
-def _backward_preprocess(Out, dOut, Delta, seqlen_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+def _backward_preprocess(
+    Out, dOut, Delta, seqlen_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr
+):
     """`delta = rowsum(dO * O)`, the term that the softmax gradient subtracts from every row."""
     block = tl.program_id(0)
     head = _batch_head()
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    out = _load_rows(Out + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True)
-    d_out = _load_rows(dOut + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True)
+    out = _load_rows(
+        Out + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True
+    )
+    d_out = _load_rows(
+        dOut + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True
+    )
     delta = tl.sum(out.to(tl.float32) * d_out.to(tl.float32), 1)
     tl.store(Delta + head * seqlen_q + rows, delta, mask=rows < seqlen_q)
 
@@ -288,7 +351,9 @@ def _probabilities(
     `(1, BLOCK_M)` and `(BLOCK_N, 1)` for its transpose (see `_keep`)."""
     p = tl.exp2(scores - lse2)
     if MASKED:
-        p = tl.where(_keep(rows, cols, kv_len, offset, window, CAUSAL, WINDOW), p, 0.0)
+        p = tl.where(
+            _keep(rows, cols, kv_len, offset, window, CAUSAL, WINDOW), p, 0.0
+        )
     return p
 
 
@@ -311,26 +376,42 @@ def _dkdv_over_queries(
     for tile in range(start, end, BLOCK_M):
         rows = tile + tl.arange(0, BLOCK_M)
         q_t = _load_columns(Q, rows, seqlen_q, HEAD_DIM, MASKED)  # (D, BLOCK_M)
-        d_out = _load_rows(dOut, rows, seqlen_q, HEAD_DIM, MASKED)  # (BLOCK_M, D)
+        d_out = _load_rows(
+            dOut, rows, seqlen_q, HEAD_DIM, MASKED
+        )  # (BLOCK_M, D)
         if MASKED:
             lse2 = tl.load(LSE + rows, mask=rows < seqlen_q, other=0.0) * LOG2E
             delta = tl.load(Delta + rows, mask=rows < seqlen_q, other=0.0)
         else:
             lse2 = tl.load(LSE + rows) * LOG2E
             delta = tl.load(Delta + rows)
-        scores_t = tl.dot(k, q_t) * qk_scale  # (BLOCK_N, BLOCK_M), in log2 units
+        scores_t = (
+            tl.dot(k, q_t) * qk_scale
+        )  # (BLOCK_N, BLOCK_M), in log2 units
         p_t = _probabilities(
             scores_t, lse2[None, :], rows[None, :], cols[:, None], kv_len, offset, window,
             CAUSAL, WINDOW, MASKED,
         )  # fmt: skip
-        dv = tl.dot(p_t.to(d_out.dtype), d_out, dv)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        dv = tl.dot(
+            p_t.to(d_out.dtype), d_out, dv
+        )  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
         dp_t = tl.dot(v, tl.trans(d_out))  # (BLOCK_N, BLOCK_M)
         ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk)  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        dk = tl.dot(
+            ds_t.to(q_t.dtype), tl.trans(q_t), dk
+        )  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
+@triton.jit(
+    do_not_specialize=[
+        "seqlen_q",
+        "seqlen_k",
+        "bottom_right",
+        "window",
+        "group",
+    ]
+)
 def _backward_dkdv_kernel(
     Q, K, V, dOut, LSE, Delta, dK, dV, KeyLengths, CuSeqlensQ, CuSeqlensK,
     scale, qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
@@ -339,10 +420,18 @@ def _backward_dkdv_kernel(
 ):  # fmt: skip
     """One program: dK and dV of `BLOCK_N` keys of one key/value head, summed over its group's query heads."""
     block = tl.program_id(0)
-    kv_head = tl.program_id(1)  # its query heads are kv_head * group + (0 .. group - 1)
-    q_start, q_head_rows, seqlen_q = _sequence(CuSeqlensQ, seqlen_q, tl.num_programs(1) * group)
-    k_start, k_head_rows, seqlen_k = _sequence(CuSeqlensK, seqlen_k, tl.num_programs(1))
-    if block * BLOCK_N >= seqlen_k:  # past the end of a shorter sequence of a packed batch
+    kv_head = tl.program_id(
+        1
+    )  # its query heads are kv_head * group + (0 .. group - 1)
+    q_start, q_head_rows, seqlen_q = _sequence(
+        CuSeqlensQ, seqlen_q, tl.num_programs(1) * group
+    )
+    k_start, k_head_rows, seqlen_k = _sequence(
+        CuSeqlensK, seqlen_k, tl.num_programs(1)
+    )
+    if (
+        block * BLOCK_N >= seqlen_k
+    ):  # past the end of a shorter sequence of a packed batch
         return
     k_rows = k_start + kv_head * k_head_rows
     K += k_rows * HEAD_DIM
@@ -357,16 +446,27 @@ def _backward_dkdv_kernel(
     v = _load_rows(V, cols, kv_len, HEAD_DIM, True)
     first_col = block * BLOCK_N
     lo_first, lo_last, hi_first, hi_last = _query_bounds(
-        first_col, first_col + BLOCK_N - 1, kv_len, seqlen_q, offset, window, CAUSAL, WINDOW
+        first_col,
+        first_col + BLOCK_N - 1,
+        kv_len,
+        seqlen_q,
+        offset,
+        window,
+        CAUSAL,
+        WINDOW,
     )
-    start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_M)
+    start, full_start, full_end, end = _tile_ranges(
+        lo_first, lo_last, hi_first, hi_last, BLOCK_M
+    )
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     for member in range(0, group):
         q_rows = q_start + (kv_head * group + member) * q_head_rows
         Q_h, dOut_h = Q + q_rows * HEAD_DIM, dOut + q_rows * HEAD_DIM
         LSE_h, Delta_h = LSE + q_rows, Delta + q_rows
-        if CAUSAL:  # rows across the diagonal (without causal masking there are none)
+        if (
+            CAUSAL
+        ):  # rows across the diagonal (without causal masking there are none)
             dk, dv = _dkdv_over_queries(
                 dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, start, full_start, seqlen_q,
                 kv_len, offset, window, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, True,
@@ -381,7 +481,9 @@ def _backward_dkdv_kernel(
         )  # fmt: skip
     dims = tl.arange(0, HEAD_DIM)
     key_ok = (cols < seqlen_k)[:, None]
-    tl.store(dK + cols[:, None] * HEAD_DIM + dims[None, :], dk * scale, mask=key_ok)
+    tl.store(
+        dK + cols[:, None] * HEAD_DIM + dims[None, :], dk * scale, mask=key_ok
+    )
     tl.store(dV + cols[:, None] * HEAD_DIM + dims[None, :], dv, mask=key_ok)
 
 
@@ -396,7 +498,9 @@ def _dq_over_keys(
         cols = tile + tl.arange(0, BLOCK_N)
         k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
         v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
-        scores = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units
+        scores = (
+            tl.dot(q, tl.trans(k)) * qk_scale
+        )  # (BLOCK_M, BLOCK_N), in log2 units
         p = _probabilities(
             scores, lse2[:, None], rows[:, None], cols[None, :], kv_len, offset, window,
             CAUSAL, WINDOW, MASKED,
@@ -407,7 +511,15 @@ def _dq_over_keys(
     return dq
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "bottom_right", "window", "group"])
+@triton.jit(
+    do_not_specialize=[
+        "seqlen_q",
+        "seqlen_k",
+        "bottom_right",
+        "window",
+        "group",
+    ]
+)
 def _backward_dq_kernel(
     Q, K, V, dOut, LSE, Delta, dQ, KeyLengths, CuSeqlensQ, CuSeqlensK,
     scale, qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
@@ -417,9 +529,15 @@ def _backward_dq_kernel(
     """One program: dQ of `BLOCK_M` query rows, summed over every key tile they see."""
     block = tl.program_id(0)
     head = tl.program_id(1)
-    q_start, q_head_rows, seqlen_q = _sequence(CuSeqlensQ, seqlen_q, tl.num_programs(1))
-    k_start, k_head_rows, seqlen_k = _sequence(CuSeqlensK, seqlen_k, tl.num_programs(1) // group)
-    if block * BLOCK_M >= seqlen_q:  # past the end of a shorter sequence of a packed batch
+    q_start, q_head_rows, seqlen_q = _sequence(
+        CuSeqlensQ, seqlen_q, tl.num_programs(1)
+    )
+    k_start, k_head_rows, seqlen_k = _sequence(
+        CuSeqlensK, seqlen_k, tl.num_programs(1) // group
+    )
+    if (
+        block * BLOCK_M >= seqlen_q
+    ):  # past the end of a shorter sequence of a packed batch
         return
     q_rows = q_start + head * q_head_rows
     k_rows = k_start + head // group * k_head_rows
@@ -444,7 +562,9 @@ def _backward_dq_kernel(
     lo_first, lo_last, hi_first, hi_last = _key_bounds(
         first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW
     )
-    start, full_start, full_end, end = _tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK_N)
+    start, full_start, full_end, end = _tile_ranges(
+        lo_first, lo_last, hi_first, hi_last, BLOCK_N
+    )
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     if WINDOW:
         dq = _dq_over_keys(
@@ -460,10 +580,16 @@ def _backward_dq_kernel(
         qk_scale, HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
     )  # fmt: skip
     dims = tl.arange(0, HEAD_DIM)
-    tl.store(dQ + rows[:, None] * HEAD_DIM + dims[None, :], dq * scale, mask=row_ok[:, None])
+    tl.store(
+        dQ + rows[:, None] * HEAD_DIM + dims[None, :],
+        dq * scale,
+        mask=row_ok[:, None],
+    )
 
 
-def _grid(seqlen: int, block: int, batch: int, heads: int) -> tuple[int, int, int]:
+def _grid(
+    seqlen: int, block: int, batch: int, heads: int
+) -> tuple[int, int, int]:
     """Programs `(blocks, heads, B)`: blocks of `block` positions on axis 0, heads and batch on axes 1 and 2.
 
     CUDA caps grid axes 1 and 2 at 65535 programs, so `B * H` cannot share one of them; blocks take axis 0
@@ -479,9 +605,15 @@ def _grid(seqlen: int, block: int, batch: int, heads: int) -> tuple[int, int, in
 def _configs(block_sizes: list[tuple[int, int]]) -> list[triton.Config]:
     if INTERPRETED:
         block_m, block_n = block_sizes[0]
-        return [triton.Config({"BLOCK_M": block_m // 2, "BLOCK_N": block_n // 2})]
+        return [
+            triton.Config({"BLOCK_M": block_m // 2, "BLOCK_N": block_n // 2})
+        ]
     configs = [
-        triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+        triton.Config(
+            {"BLOCK_M": block_m, "BLOCK_N": block_n},
+            num_warps=warps,
+            num_stages=stages,
+        )
         for block_m, block_n in block_sizes
         for warps in (4, 8)
         for stages in (2, 3)
@@ -496,16 +628,26 @@ def _fitting_query_blocks(
     least), and no shorter than 64 rows once there are that many; the smallest block if none suits."""
     rows = triton.next_power_of_2(named_args["seqlen_q"])
     fitting = [
-        config for config in configs if min(rows, 64) <= config.kwargs["BLOCK_M"] <= max(rows, 16)
+        config
+        for config in configs
+        if min(rows, 64) <= config.kwargs["BLOCK_M"] <= max(rows, 16)
     ]
-    return fitting or [min(configs, key=lambda config: config.kwargs["BLOCK_M"])]
+    return fitting or [
+        min(configs, key=lambda config: config.kwargs["BLOCK_M"])
+    ]
 
 
 def _autotuned(
-    kernel: triton.JITFunction, block_sizes: list[tuple[int, int]], per_query_block: bool = True
+    kernel: triton.JITFunction,
+    block_sizes: list[tuple[int, int]],
+    per_query_block: bool = True,
 ) -> triton.KernelInterface:
     """`kernel` with its autotuner; `per_query_block`: one program per BLOCK_M queries (prune by L)."""
-    prune = {"early_config_prune": _fitting_query_blocks} if per_query_block else None
+    prune = (
+        {"early_config_prune": _fitting_query_blocks}
+        if per_query_block
+        else None
+    )
     return triton.autotune(
         _configs(block_sizes),
         key=["seqlen_q", "seqlen_k", "window", "HEAD_DIM", "CAUSAL", "WINDOW"],
@@ -514,19 +656,26 @@ def _autotuned(
 
 
 _tuned_forward = _autotuned(
-    _forward_kernel, [(64, 32), (64, 64), (128, 32), (128, 64), (16, 64), (16, 128)]
+    _forward_kernel,
+    [(64, 32), (64, 64), (128, 32), (128, 64), (16, 64), (16, 128)],
 )
 # One program per BLOCK_N keys, stepping through the queries BLOCK_M at a time.
 _tuned_backward_dkdv = _autotuned(
-    _backward_dkdv_kernel, [(32, 64), (64, 64), (32, 128)], per_query_block=False
+    _backward_dkdv_kernel,
+    [(32, 64), (64, 64), (32, 128)],
+    per_query_block=False,
 )
-_tuned_backward_dq = _autotuned(_backward_dq_kernel, [(64, 32), (64, 64), (128, 32), (16, 64)])
+_tuned_backward_dq = _autotuned(
+    _backward_dq_kernel, [(64, 32), (64, 64), (128, 32), (16, 64)]
+)
 PREPROCESS_BLOCK_M = 16 if INTERPRETED else 64
 
 
 def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
     """Make `x`'s GPU the current one: Triton launches on the current device, not on the tensors'."""
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+    return (
+        torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+    )
 
 
 def _launch(
@@ -554,7 +703,11 @@ def _launch(
         seqlen_q, seqlen_k = packing.max_seqlen_q, packing.max_seqlen_k
     group = q.size(1) // k.size(1)
     lengths = (seqlen_q, seqlen_k, int(bottom_right), window or 0, group)
-    constants = {"HEAD_DIM": q.size(3), "CAUSAL": causal, "WINDOW": window is not None}
+    constants = {
+        "HEAD_DIM": q.size(3),
+        "CAUSAL": causal,
+        "WINDOW": window is not None,
+    }
     return sequences, (key_lengths, *cumulative), lengths, constants
 
 
@@ -582,7 +735,15 @@ def _flash_forward(
 
     with _on_device(q):
         _tuned_forward[grid](
-            q, k, v, out, lse, *pointers, scale * LOG2E.value, *lengths, **constants
+            q,
+            k,
+            v,
+            out,
+            lse,
+            *pointers,
+            scale * LOG2E.value,
+            *lengths,
+            **constants,
         )
     return out, lse
 
@@ -614,11 +775,17 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx, d_out: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         d_out = d_out.contiguous()
-        batch, heads, rows, head_dim = q.shape  # rows: L, or packed total_q (batch 1)
+        batch, heads, rows, head_dim = (
+            q.shape
+        )  # rows: L, or packed total_q (batch 1)
         heads_kv = k.size(1)
         sequences, pointers, lengths, constants = _launch(q, k, *ctx.mask)
         delta = torch.empty_like(lse)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dq, dk, dv = (
+            torch.empty_like(q),
+            torch.empty_like(k),
+            torch.empty_like(v),
+        )
         # one number per row, whatever its sequence: the packed rows of a head are one long sequence here
         preprocess_grid = _grid(rows, PREPROCESS_BLOCK_M, batch, heads)
 
@@ -632,12 +799,19 @@ class _FlashAttention(torch.autograd.Function):
         scales = (ctx.scale, ctx.scale * LOG2E.value)
         with _on_device(q):
             _backward_preprocess[preprocess_grid](
-                out, d_out, delta, rows, HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M
+                out,
+                d_out,
+                delta,
+                rows,
+                HEAD_DIM=head_dim,
+                BLOCK_M=PREPROCESS_BLOCK_M,
             )
             _tuned_backward_dkdv[key_blocks](
                 *saved, dk, dv, *pointers, *scales, *lengths, **constants
             )
-            _tuned_backward_dq[query_blocks](*saved, dq, *pointers, *scales, *lengths, **constants)
+            _tuned_backward_dq[query_blocks](
+                *saved, dq, *pointers, *scales, *lengths, **constants
+            )
         return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -646,19 +820,37 @@ def _scale(q: Tensor, scale: float | None) -> float:
     return float(1 / math.sqrt(q.size(-1)) if scale is None else scale)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Mask, scale: float | None) -> Tensor:
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask, scale: float | None
+) -> Tensor:
     """Run the kernels on inputs that `contract.refusal` accepts, with `mask`'s alignment, window and lengths."""
     key_lengths = mask.key_lengths
     if key_lengths is not None:
         key_lengths = key_lengths.to(torch.int32).contiguous()
-    causal, bottom_right = mask.alignment is not None, mask.alignment == "bottom_right"
+    causal, bottom_right = (
+        mask.alignment is not None,
+        mask.alignment == "bottom_right",
+    )
     return _FlashAttention.apply(
-        q, k, v, key_lengths, causal, bottom_right, mask.window, _scale(q, scale), None
+        q,
+        k,
+        v,
+        key_lengths,
+        causal,
+        bottom_right,
+        mask.window,
+        _scale(q, scale),
+        None,
     )
 
 
 def attend_packed(
-    q: Tensor, k: Tensor, v: Tensor, packing: Packing, mask: Mask, scale: float | None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    packing: Packing,
+    mask: Mask,
+    scale: float | None,
 ) -> Tensor:
     """Run the kernels on a packed batch that `contract.check_packed_inputs` accepts, with `mask`'s
     alignment and window per sequence: `q (total_q, H, D)`, `k` and `v (total_k, H_kv, D)` in,
@@ -671,11 +863,24 @@ def attend_packed(
     q, k, v = (
         x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)
     )  # (total, H, D) -> (1, H, total, D)
-    causal, bottom_right = mask.alignment is not None, mask.alignment == "bottom_right"
-    out = _FlashAttention.apply(
-        q, k, v, None, causal, bottom_right, mask.window, _scale(q, scale), packing
+    causal, bottom_right = (
+        mask.alignment is not None,
+        mask.alignment == "bottom_right",
     )
-    return out[0].transpose(0, 1).contiguous()  # (1, H, total_q, D) -> (total_q, H, D)
+    out = _FlashAttention.apply(
+        q,
+        k,
+        v,
+        None,
+        causal,
+        bottom_right,
+        mask.window,
+        _scale(q, scale),
+        packing,
+    )
+    return (
+        out[0].transpose(0, 1).contiguous()
+    )  # (1, H, total_q, D) -> (total_q, H, D)
 
 
 def flash_attention(
@@ -691,7 +896,9 @@ def flash_attention(
     """Check the inputs and run the kernels; documented, and imported lazily, as `qkv.flash_attention`."""
     contract.check_kernel_inputs(q, k, v, scale)
     scores = (*q.shape[:3], k.size(2))  # (B, H, L, S)
-    mask = parse_mask(q, k, scores, None, causal, window, key_lengths, causal_name="causal")
+    mask = parse_mask(
+        q, k, scores, None, causal, window, key_lengths, causal_name="causal"
+    )
     refused = contract.mask_refusal(mask)
     if refused is not None:
         raise refused.error(refused.reason)

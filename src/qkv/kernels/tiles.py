@@ -49,14 +49,20 @@ def key_bounds(first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW):
     return lo_first, lo_last, hi_first, hi_last
 
 
-def query_bounds(first_col, last_col, kv_len, seqlen_q, offset, window, CAUSAL, WINDOW):
+def query_bounds(
+    first_col, last_col, kv_len, seqlen_q, offset, window, CAUSAL, WINDOW
+):
     """The rows that keep key `first_col` and key `last_col`: `(lo_first, lo_last, hi_first, hi_last)`.
 
     For a block of keys `[first_col, last_col]`: rows `[lo_first, hi_last)` keep some of its keys and rows
     `[lo_last, hi_first)` keep all of them (none do if the block reaches past `kv_len`).
     """
-    visible = min(max(kv_len - first_col, 0), 1)  # 1 if the block holds a key below kv_len, else 0
-    whole = min(max(kv_len - last_col, 0), 1)  # 1 if all its keys are below kv_len, else 0
+    visible = min(
+        max(kv_len - first_col, 0), 1
+    )  # 1 if the block holds a key below kv_len, else 0
+    whole = min(
+        max(kv_len - last_col, 0), 1
+    )  # 1 if all its keys are below kv_len, else 0
     last_kept = min(last_col, kv_len - 1)
     lo_first = 0
     lo_last = 0
@@ -74,7 +80,9 @@ def query_bounds(first_col, last_col, kv_len, seqlen_q, offset, window, CAUSAL, 
 def tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK):
     """Partial, full and empty tiles of size `BLOCK`: `(start, full_start, full_end, end)`, see above."""
     start = lo_first // BLOCK * BLOCK
-    kept = min(max(hi_last - lo_first, 0), 1)  # 0 if no member keeps anything (lo_first >= hi_last)
+    kept = min(
+        max(hi_last - lo_first, 0), 1
+    )  # 0 if no member keeps anything (lo_first >= hi_last)
     end = start + (max(start, hi_last) - start) * kept
     full_start = min((lo_last + BLOCK - 1) // BLOCK * BLOCK, end)
     full_end = max(full_start, hi_first // BLOCK * BLOCK)
@@ -129,7 +137,15 @@ def classify_tiles(
     rows = []
     for first_row in range(0, seqlen_q, block_m):
         last_row = min(first_row + block_m, seqlen_q) - 1
-        bounds = key_bounds(first_row, last_row, kv_len, offset, window, causal, window is not None)
+        bounds = key_bounds(
+            first_row,
+            last_row,
+            kv_len,
+            offset,
+            window,
+            causal,
+            window is not None,
+        )
         start, full_start, full_end, end = tile_ranges(*bounds, block_n)
         rows.append(
             [
@@ -144,15 +160,21 @@ def classify_tiles(
     return rows
 
 
-def count_tiles(seqlen_q: int, seqlen_k: int, block_m: int, block_n: int, **mask) -> TileCount:
+def count_tiles(
+    seqlen_q: int, seqlen_k: int, block_m: int, block_n: int, **mask
+) -> TileCount:
     """How many tiles the forward kernel computes without a mask, with it, and not at all.
 
     The arguments are those of `classify_tiles`.
     """
     classes = [
-        kind for row in classify_tiles(seqlen_q, seqlen_k, block_m, block_n, **mask) for kind in row
+        kind
+        for row in classify_tiles(seqlen_q, seqlen_k, block_m, block_n, **mask)
+        for kind in row
     ]
-    return TileCount(classes.count("full"), classes.count("partial"), classes.count("empty"))
+    return TileCount(
+        classes.count("full"), classes.count("partial"), classes.count("empty")
+    )
 
 
 def count_packed_tiles(
