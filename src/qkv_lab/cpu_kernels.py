@@ -7,7 +7,7 @@ kernel set (each in a fresh process with `ATEN_CPU_CAPABILITY` set, nothing read
 cache), and records what each ended at in `results/cpu-kernels.json`. An article's claim about a toy must hold
 under every kernel set recorded there; the article's own block checks it on the reader's machine.
 
-    python -m qkv_lab.cpu_kernels --out src/qkv_lab/results/cpu-kernels.json    # about 2 minutes a set
+    python -m qkv_lab.cpu_kernels --out src/qkv_lab/results/cpu-kernels.json
 """
 
 from __future__ import annotations
