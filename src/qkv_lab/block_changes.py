@@ -18,7 +18,10 @@ recorded run, `recorded("block-changes-2000-steps")`, is
     python -m qkv_lab.block_changes --steps 2000 --seeds 0 1 2 --rungs pre-LN RoPE soft-capping \
         --text site-text-864a16b87c8d.txt.xz --out src/qkv_lab/results/block-changes-2000-steps.json
 
-and `recorded("block-changes-2000-steps-post-ln")` the same with `--rungs post-LN` and that `--out`.
+and `recorded("block-changes-2000-steps-post-ln")` the same with `--rungs post-LN` and that `--out`;
+`recorded("block-changes-2000-steps-rmsnorm-swiglu")` with `--rungs RMSNorm SwiGLU` and
+`recorded("block-changes-2000-steps-gqa-biases-qknorm")` with `--rungs GQA "no biases" QK-norm`, run side
+by side in two processes.
 
 The counts are per token of a full context window: `parameter_count` (tied embeddings once) and
 `flops_per_token`, the forward pass's matrix products only (2 FLOPs per multiply-add, the masked half of the

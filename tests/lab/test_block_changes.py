@@ -94,6 +94,8 @@ def test_the_recorded_report_holds_every_rung_and_seed_of_the_current_ladder():
     [
         ("block-changes-2000-steps", ["pre-LN", "RoPE", "soft-capping"]),
         ("block-changes-2000-steps-post-ln", ["post-LN"]),
+        ("block-changes-2000-steps-rmsnorm-swiglu", ["RMSNorm", "SwiGLU"]),
+        ("block-changes-2000-steps-gqa-biases-qknorm", ["GQA", "no biases", "QK-norm"]),
     ],
 )
 def test_the_longer_recorded_ladder_holds_its_rungs_seeds_and_budget(name, names):

@@ -40,7 +40,14 @@ def test_the_record_holds_the_split_and_baselines_of_orders_one_to_three():
 
 
 @pytest.mark.parametrize(
-    "name", ["long-run", "block-changes-2000-steps", "block-changes-2000-steps-post-ln"]
+    "name",
+    [
+        "long-run",
+        "block-changes-2000-steps",
+        "block-changes-2000-steps-post-ln",
+        "block-changes-2000-steps-rmsnorm-swiglu",
+        "block-changes-2000-steps-gqa-biases-qknorm",
+    ],
 )
 def test_a_recorded_runs_text_and_baselines_are_those_of_its_snapshot(name):
     """The snapshot kept beside the report is the text it trained on, and the baselines are that text's."""
