@@ -14,6 +14,11 @@ def shape(x: Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
+def dtype_or_type(x: object) -> str:
+    """What a message says `x` is: `dtype ...` for a tensor, else the name of its type."""
+    return f"dtype {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
+
+
 def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
     """Raise unless `x` is a floating-point tensor with at least `min_dim` dimensions."""
     if not isinstance(x, Tensor):
@@ -357,11 +362,7 @@ def check_sinks(sinks: object, query: Tensor) -> None:
     if sinks is None:
         return
     if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
-        got = (
-            f"dtype {sinks.dtype}"
-            if isinstance(sinks, Tensor)
-            else type(sinks).__name__
-        )
+        got = dtype_or_type(sinks)
         raise TypeError(f"sinks must be a floating-point tensor, got {got}")
     if query.dim() < 3 or sinks.shape != (query.size(-3),):
         raise ValueError(

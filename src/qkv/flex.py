@@ -35,6 +35,7 @@ from qkv._checks import (
     check_scale,
     check_sizes,
     check_tensor,
+    dtype_or_type,
     shape,
 )
 from qkv.functional import safe_softmax
@@ -270,11 +271,7 @@ def _evaluate_mask(
     )
     scores = (batch, heads, seqlen_q, seqlen_k)
     if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
-        got = (
-            f"dtype {keep.dtype}"
-            if isinstance(keep, Tensor)
-            else type(keep).__name__
-        )
+        got = dtype_or_type(keep)
         raise TypeError(
             f"mask_fn must return a bool tensor (True = may attend), got {got}: compare the indices, "
             "e.g. q_idx >= kv_idx, and combine with & and |, not and/or"

@@ -29,6 +29,7 @@ from qkv._checks import (
     check_scale,
     check_sizes,
     check_tensor,
+    dtype_or_type,
     shape,
 )
 from qkv.functional import safe_softmax
@@ -279,11 +280,7 @@ def _check_indexer_inputs(
     check_scale(scale)
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            got = (
-                f"dtype {mask.dtype}"
-                if isinstance(mask, Tensor)
-                else type(mask).__name__
-            )
+            got = dtype_or_type(mask)
             raise TypeError(
                 f"mask must be a bool tensor (True = takes part), got {got}"
             )
