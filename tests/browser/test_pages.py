@@ -268,10 +268,16 @@ BLOCK_HEIGHTS = f"""async () => {{
   for (let tries = 0; unwrapped() && tries < 100; tries++) await new Promise((done) => setTimeout(done, 50));
   const blocks = [...document.querySelectorAll("{SKIPPABLE}")];
   const skipped = blocks.filter((el) => getComputedStyle(el).contentVisibility === "auto").length;
+  // A formula's font is fetched once the formula is first laid out, and can arrive after it has scrolled off
+  // (and been skipped again) with the height it had in the fallback font: read the page through twice, the
+  // second time with every font in, as a reader scrolling back would see it.
   const step = window.innerHeight;
-  for (let y = 0; y <= document.documentElement.scrollHeight; y += step) {{
-    window.scrollTo(0, y);
-    await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  for (const pass of [1, 2]) {{
+    for (let y = 0; y <= document.documentElement.scrollHeight; y += step) {{
+      window.scrollTo(0, y);
+      await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+    }}
+    await document.fonts.ready;
   }}
   return {{skipped, shift, moved, heights: blocks.map(
     (el) => `${{el.tagName.toLowerCase()}}.${{el.className}} ${{el.getBoundingClientRect().height.toFixed(1)}}`)}};

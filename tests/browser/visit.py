@@ -33,8 +33,15 @@ MATH_TIMEOUT_MS = 20_000
 
 
 def lay_out_everything(page: Page) -> None:
-    """Have `page` lay out (and not clip) every block, on screen or not, as the checks that read them need."""
+    """Have `page` lay out (and not clip) every block, on screen or not, as the checks that read them need.
+
+    Laying a formula out is what fetches its font: wait for the fonts, so that the checks measure the blocks as
+    they end up, not in the fallback font of a busy machine's first frames.
+    """
     page.add_style_tag(content=LAY_OUT_EVERYTHING)
+    page.evaluate(
+        "async () => { document.body.getBoundingClientRect(); await document.fonts.ready; }"
+    )
 
 
 AXE = Axe()
