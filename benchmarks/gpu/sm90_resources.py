@@ -3,8 +3,8 @@
     TRITON_INTERPRET=0 QKV_FLASH_AUTOTUNE=1 PYTHONPATH=src python benchmarks/gpu/sm90_resources.py [OUT.json]
 
 Needs no GPU: each configuration that the autotuners of `qkv.kernels.flash` and `qkv.kernels.decode` may try
-is compiled for Hopper (`GPUTarget("cuda", 90, 32)`, D = 128, bfloat16, pointers 16-byte aligned as torch's
-are, full and causal), and the cubin read with the `cuobjdump` that Triton bundles: `REG` registers per
+is compiled for Hopper (`qkv_lab.sm90.compile_for_sm90`, D = 128, bfloat16, pointers 16-byte aligned as
+torch's are, full and causal), and the cubin read with the `cuobjdump` that Triton bundles: `REG` registers per
 thread, `STACK` bytes of stack frame per thread (above zero at 255 registers: ptxas spilled), and Triton's
 own count of shared memory (at most 232,448 bytes on an H100). The numbers are those of the Triton installed
 where it runs, which may not be the GPU machine's. One JSON line per configuration on stdout; all of them in
@@ -20,37 +20,17 @@ import time
 from pathlib import Path
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 from qkv.kernels import decode, flash
+from qkv_lab.sm90 import compile_for_sm90
 
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-TYPES = {"LSE": "*fp32", "Delta": "*fp32", "PartialOut": "*fp32", "PartialLSE": "*fp32"}
-TYPES |= {"scale": "fp32", "qk_scale": "fp32"}
-TYPES |= dict.fromkeys(["KeyLengths", "CuSeqlensQ", "CuSeqlensK", "BlockTables", "Lengths"], "*i32")
-TYPES |= dict.fromkeys(
-    ["seqlen_q", "seqlen_k", "bottom_right", "window", "group", "heads_kv", "page_size"], "i32"
-)
-TYPES |= dict.fromkeys(["max_pages", "num_splits"], "i32")
 
 
 def resources(kernel, constants: dict, config: triton.Config) -> dict:
     """Compile `kernel` for sm_90 with `constants` and the launch options of `config`; read its cubin."""
-    constexprs = {name: constants[name] for name in kernel.arg_names if name in constants}
-    signature = {
-        p.name: "constexpr" if p.name in constexprs else TYPES.get(p.name, "*bf16")
-        for p in kernel.params
-    }
-    aligned = {
-        (i,): [["tt.divisibility", 16]]
-        for i, p in enumerate(kernel.params)
-        if signature[p.name].startswith("*")
-    }
-    compiled = triton.compile(
-        ASTSource(kernel, signature, constexprs, aligned),
-        target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+    compiled = compile_for_sm90(
+        kernel, constants, num_warps=config.num_warps, num_stages=config.num_stages
     )
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])

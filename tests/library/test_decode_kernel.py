@@ -412,48 +412,29 @@ def test_without_triton_the_error_names_the_extra(monkeypatch):
 # FlashAttention kernels: contiguous and paged, and every autotuner tile size at D = 128 and 64 rows.
 COMPILE_FOR_GPU = textwrap.dedent(
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from qkv.kernels import decode
+    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90
 
     assert not decode.INTERPRETED
-    H100_SHARED_MEMORY = 232448
-    TYPES = {"BlockTables": "*i32", "Lengths": "*i32", "PartialOut": "*fp32", "PartialLSE": "*fp32"}
-    TYPES |= {"qk_scale": "fp32", "Out": "*bf16"}
-    TYPES |= dict.fromkeys(["seqlen_q", "heads_kv", "group", "page_size", "max_pages", "num_splits"], "i32")
 
 
-    def compile_for_sm90(kernel, constants, num_warps=4, num_stages=3):
-        signature = {
-            p.name: "constexpr" if p.name in constants else TYPES.get(p.name, "*bf16")
-            for p in kernel.params
-        }
-        aligned = {
-            (i,): [["tt.divisibility", 16]]
-            for i, p in enumerate(kernel.params)
-            if signature[p.name].startswith("*")
-        }
-        compiled = triton.compile(
-            ASTSource(kernel, signature, constants, aligned),
-            target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": num_warps, "num_stages": num_stages},
-        )
+    def compiles(kernel, constants, num_warps=4, num_stages=3):
+        options = {"num_warps": num_warps, "num_stages": num_stages}
+        compiled = compile_for_sm90(kernel, constants, **options)
         assert compiled.asm["cubin"], kernel.__name__
         assert compiled.metadata.shared <= H100_SHARED_MEMORY, (constants, num_stages)
 
 
     for splits in (1, 128):
-        compile_for_sm90(decode._merge_kernel, {"HEAD_DIM": 128, "BLOCK_SPLITS": splits})
+        compiles(decode._merge_kernel, {"HEAD_DIM": 128, "BLOCK_SPLITS": splits})
     for tables in ({"BlockTables": None}, {}):  # contiguous, paged
-        compile_for_sm90(decode._split_kernel, {"HEAD_DIM": 64, "BLOCK_M": 16, "BLOCK_N": 64, **tables})
+        compiles(decode._split_kernel, {"HEAD_DIM": 64, "BLOCK_M": 16, "BLOCK_N": 64, **tables})
 
     # Each tile size the autotuner may try, at its deepest pipeline (the most shared memory).
     by_stages = sorted(decode._tuned_split.configs, key=lambda config: config.num_stages)
     for config in {tuple(config.kwargs.items()): config for config in by_stages}.values():
         constants = {"HEAD_DIM": 128, "BLOCK_M": 64, **config.kwargs}
-        compile_for_sm90(decode._split_kernel, constants, config.num_warps, config.num_stages)
+        compiles(decode._split_kernel, constants, config.num_warps, config.num_stages)
     """
 )
 

@@ -290,43 +290,22 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
         qkv.flash_attention(q, k, v)
 
 
-# Compiles every kernel to Hopper (sm_90) machine code with Triton's bundled ptxas; needs no GPU. Pointers
-# are marked 16-byte aligned, as torch's allocations are and a real launch specialises them: only then does
-# Triton pipeline the loads through multi-buffered shared memory, the code an H100 actually runs.
+# Compiles every kernel to Hopper (sm_90) machine code with Triton's bundled ptxas (qkv_lab.sm90); needs no
+# GPU.
 COMPILE_FOR_GPU = textwrap.dedent(
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from qkv.kernels import flash
+    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90
 
     assert not flash.INTERPRETED
-    H100_SHARED_MEMORY = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
-    TYPES = {"LSE": "*fp32", "Delta": "*fp32", "scale": "fp32", "qk_scale": "fp32"}
-    TYPES |= dict.fromkeys(["KeyLengths", "CuSeqlensQ", "CuSeqlensK"], "*i32")
-    TYPES |= dict.fromkeys(["seqlen_q", "seqlen_k", "bottom_right", "window", "group"], "i32")
 
 
-    def compile_for_sm90(kernel, given, dtype, num_warps=4, num_stages=3):
-        constexprs = {name: given[name] for name in kernel.arg_names if name in given}
-        signature = {
-            p.name: "constexpr" if p.name in constexprs else TYPES.get(p.name, dtype)
-            for p in kernel.params
-        }
-        aligned = {
-            (i,): [["tt.divisibility", 16]]
-            for i, p in enumerate(kernel.params)
-            if signature[p.name].startswith("*")
-        }
-        compiled = triton.compile(
-            ASTSource(kernel, signature, constexprs, aligned),
-            target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": num_warps, "num_stages": num_stages},
-        )
+    def compiles(kernel, constants, pointers="*bf16", num_warps=4, num_stages=3):
+        options = {"num_warps": num_warps, "num_stages": num_stages}
+        compiled = compile_for_sm90(kernel, constants, pointers=pointers, **options)
         assert compiled.asm["cubin"], kernel.__name__
         shared = compiled.metadata.shared
-        assert shared <= H100_SHARED_MEMORY, (kernel.__name__, given, num_stages, shared)
+        assert shared <= H100_SHARED_MEMORY, (kernel.__name__, constants, num_stages, shared)
 
 
     KERNELS = [
@@ -341,7 +320,7 @@ COMPILE_FOR_GPU = textwrap.dedent(
     PACKED = {"CAUSAL": True, "WINDOW": True, "KeyLengths": None}  # cumulative length pointers
     for kernel, constants in KERNELS:
         for masks in (PLAIN, EVERY_MASK, PACKED) if "KeyLengths" in kernel.arg_names else ({},):
-            compile_for_sm90(kernel, {"HEAD_DIM": 64, **masks, **constants}, "*bf16")
+            compiles(kernel, {"HEAD_DIM": 64, **masks, **constants})
 
     # Every tile size the autotuner may try, at the largest head size and its deepest pipeline (the most
     # shared memory): a config that does not fit is skipped by the autotuner, but if none fits, the launch fails.
@@ -350,7 +329,7 @@ COMPILE_FOR_GPU = textwrap.dedent(
         deepest = {tuple(config.kwargs.items()): config for config in by_stages}.values()
         for config in deepest:
             given = {"HEAD_DIM": 128, "CAUSAL": True, "WINDOW": True, **config.kwargs}
-            compile_for_sm90(tuned.fn, given, "*fp16", config.num_warps, config.num_stages)
+            compiles(tuned.fn, given, "*fp16", config.num_warps, config.num_stages)
     """
 )
 
