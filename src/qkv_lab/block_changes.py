@@ -21,7 +21,8 @@ recorded run, `recorded("block-changes-2000-steps")`, is
 and `recorded("block-changes-2000-steps-post-ln")` the same with `--rungs post-LN` and that `--out`;
 `recorded("block-changes-2000-steps-rmsnorm-swiglu")` with `--rungs RMSNorm SwiGLU` and
 `recorded("block-changes-2000-steps-gqa-biases-qknorm")` with `--rungs GQA "no biases" QK-norm`, run side
-by side in two processes.
+by side in two processes. `recorded("block-changes-2000-steps-post-ln-lr-<rate>")` is post-LN again with
+`--lr <rate>` (rates 2e-3, 1e-3 and 5e-4): a smaller peak rate, the remedy Xiong et al. (2020) name for it.
 
 The counts are per token of a full context window: `parameter_count` (tied embeddings once) and
 `flops_per_token`, the forward pass's matrix products only (2 FLOPs per multiply-add, the masked half of the
@@ -204,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=[name for name, _ in CHANGES],
         help="default: every rung",
     )
+    parser.add_argument(
+        "--lr", type=float, default=LR, help="the peak learning rate"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     text = site_text() if args.text is None else read_text(args.text)
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds,
         args.steps,
         BATCH,
-        LR,
+        args.lr,
         text,
         args.out,
         baselines=args.text is not None,

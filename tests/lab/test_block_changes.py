@@ -117,3 +117,15 @@ def test_the_longer_recorded_ladder_holds_its_rungs_seeds_and_budget(name, names
         assert rung["flops_per_token"] == flops_per_token(config)
         assert len(rung["bits_per_byte"]) == len(rung["seconds"]) == 3
         assert all(0 < bits < 8 for bits in rung["bits_per_byte"])
+
+
+def test_the_command_trains_at_the_rate_it_is_given(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("a post-LN block at a smaller rate. " * 400, encoding="utf-8")
+    out = tmp_path / "post-ln.json"
+    argv = ["--steps", "2", "--seeds", "0", "--rungs", "post-LN", "--lr", "1e-3"]
+    assert block_changes.main([*argv, "--text", str(text), "--out", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert (report["lr"], report["steps"]) == (1e-3, 2)
+    assert [rung["name"] for rung in report["rungs"]] == ["post-LN"]
+    assert len(report["rungs"][0]["bits_per_byte"]) == 1
