@@ -22,7 +22,8 @@ and `recorded("block-changes-2000-steps-post-ln")` the same with `--rungs post-L
 `recorded("block-changes-2000-steps-rmsnorm-swiglu")` with `--rungs RMSNorm SwiGLU` and
 `recorded("block-changes-2000-steps-gqa-biases-qknorm")` with `--rungs GQA "no biases" QK-norm`, run side
 by side in two processes. `recorded("block-changes-2000-steps-post-ln-lr-<rate>")` is post-LN again with
-`--lr <rate>` (rates 2e-3, 1e-3 and 5e-4): a smaller peak rate, the remedy Xiong et al. (2020) name for it.
+`--lr <rate>` (rates 2e-3, 1e-3 and 5e-4), and `recorded("block-changes-2000-steps-pre-ln-lr-2e-3")` pre-LN
+at 2e-3, to compare the two at one rate.
 
 The counts are per token of a full context window: `parameter_count` (tied embeddings once) and
 `flops_per_token`, the forward pass's matrix products only (2 FLOPs per multiply-add, the masked half of the
