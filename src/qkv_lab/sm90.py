@@ -41,16 +41,23 @@ def compile_for_sm90(
 
     Args:
         kernel: a `triton.jit` function of `qkv.kernels`.
-        constants: values of its `tl.constexpr` parameters (others in it are ignored); a pointer given as
-            None is compiled as absent, as a launch without that tensor is.
+        constants: values of its `tl.constexpr` parameters (others in it are ignored; one not given takes
+            its default); a pointer given as None is compiled as absent, as a launch without that tensor is.
         pointers: the type of every pointer not named in `TYPES`: the inputs' dtype, `"*bf16"` or `"*fp16"`.
         num_warps, num_stages: the launch options of one autotuner configuration.
 
     Returns:
         The compiled kernel: its cubin in `.asm["cubin"]`, the shared memory it takes in `.metadata.shared`.
     """
+    defaults = {
+        p.name: p.default
+        for p in kernel.params
+        if p.is_constexpr and p.has_default
+    }
     constexprs = {
-        name: constants[name] for name in kernel.arg_names if name in constants
+        name: constants.get(name, defaults.get(name))
+        for name in kernel.arg_names
+        if name in constants or name in defaults
     }
     signature = {
         p.name: "constexpr"

@@ -89,6 +89,30 @@ def random_qkv(batch, heads, seqlen_q, seqlen_k, head_dim, dtype=torch.float16, 
     return q, k, v
 
 
+def variant(flags):
+    """The first of `flash.FORWARD_VARIANTS` with exactly these flags, as a test parameter."""
+    (config, *_) = (
+        c
+        for c in flash.FORWARD_VARIANTS
+        if {name: c.kwargs[name] for name in c.kwargs if name.isupper() and "BLOCK" not in name}
+        == flags
+    )
+    return pytest.param(config, id="-".join(sorted(flags)).lower())
+
+
+# The forward's variants for Hopper (tensor descriptors, the scale folded into one FMA), one launch of each;
+# `pin_forward` makes the forward kernel launch one, as the lab's lease does.
+VARIANTS = [variant(flags) for flags in flash.VARIANT_FLAGS]
+TMA_VARIANTS = [param for param in VARIANTS if param.values[0].kwargs.get("TMA")]
+
+
+def pin_forward(monkeypatch, config):
+    """Launch the forward kernel with `config` only (None: leave the autotuner as it is)."""
+    if config is not None:
+        monkeypatch.setattr(flash._tuned_forward, "configs", [config])
+        monkeypatch.setattr(flash._tuned_forward, "cache", {})
+
+
 def some_key_lengths(seqlen_k):
     """Two batches: one keeps every key, one about a third of them (at least one)."""
     return torch.tensor([seqlen_k, max(1, seqlen_k // 3)], device=DEVICE)
@@ -113,10 +137,24 @@ MASKS = [
 ]
 
 
-@pytest.mark.parametrize("masks", MASKS)
-@pytest.mark.parametrize(("seqlen_q", "seqlen_k", "head_dim"), SHAPES)
+# every shape and mask with the default forward; every variant at one shape (L != S, partial tiles both ways)
+CASES = [
+    pytest.param(*shape.values, *masks.values, None, id=f"{shape.id}-{masks.id}")
+    for shape in SHAPES
+    for masks in MASKS
+] + [
+    pytest.param(20, 45, 32, *masks.values, config, id=f"{config_id}-{masks.id}")
+    for (config,), config_id in ((param.values, param.id) for param in VARIANTS)
+    for masks in MASKS
+]
+
+
+@pytest.mark.parametrize(("seqlen_q", "seqlen_k", "head_dim", "masks", "forward"), CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_output_and_gradients_match_torch(seqlen_q, seqlen_k, head_dim, masks, dtype):
+def test_output_and_gradients_match_torch(
+    seqlen_q, seqlen_k, head_dim, masks, forward, dtype, monkeypatch
+):
+    pin_forward(monkeypatch, forward)
     if masks.get("key_lengths"):
         masks = {"key_lengths": some_key_lengths(seqlen_k)}
     assert_matches_torch(*random_qkv(2, 2, seqlen_q, seqlen_k, head_dim, dtype), **masks)
@@ -183,9 +221,11 @@ def test_queries_without_keys_give_zeros_and_zero_gradients():
     assert out[0, :, 31:].abs().sum() > 0  # the queries that see keys are not zeros
 
 
+@pytest.mark.parametrize("forward", [None, *TMA_VARIANTS])
 @pytest.mark.parametrize("masks", [{}, {"causal": True, "window": 8}], ids=["padding", "window"])
-def test_keys_past_key_lengths_are_never_read(masks):
+def test_keys_past_key_lengths_are_never_read(masks, forward, monkeypatch):
     # NaN keys and values past each batch's length: a read of any of them would spread NaN.
+    pin_forward(monkeypatch, forward)
     q, k, v = random_qkv(2, 2, 23, 50, 32)
     key_lengths = torch.tensor([13, 40], device=DEVICE)
     real = qkv.padding_mask(key_lengths, 50)[:, :, 0, :, None]  # (B, 1, 1, S) -> (B, 1, S, 1)
@@ -200,9 +240,23 @@ def test_keys_past_key_lengths_are_never_read(masks):
     assert not clean[2].masked_select(~real).any()  # keys past the lengths get no gradient
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("scale", [0.05, 1.0, 2.5])
-def test_custom_scale_matches_torch(scale, causal):
+@pytest.mark.parametrize(
+    ("scale", "causal", "forward"),
+    [
+        pytest.param(scale, causal, None, id=f"{scale}-{'causal' if causal else 'full'}")
+        for scale in (0.05, 1.0, 2.5)
+        for causal in (False, True)
+    ]
+    + [pytest.param(-0.7, False, None, id="-0.7-full")]
+    + [
+        pytest.param(-0.7, False, *param.values, id=f"-0.7-full-{param.id}")
+        for param in VARIANTS
+        if param.values[0].kwargs.get("FOLD_SCALE")
+    ],
+)
+def test_custom_scale_matches_torch(scale, causal, forward, monkeypatch):
+    # A negative scale makes the largest score the smallest product: FOLD_SCALE's maximum is taken before it.
+    pin_forward(monkeypatch, forward)
     assert_matches_torch(*random_qkv(2, 1, 18, 21, 32), causal=causal, scale=scale)
 
 
