@@ -330,14 +330,15 @@ def _forward_kernel(
     ) * bottom_right  # causal: query i sees keys j <= i + offset
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    kv_len = _kept_keys(KeyLengths, seqlen_k)
-    first_row = block * BLOCK_M
-    if TMA:  # K and V bounded by the kept keys: the keys past them read as 0
+    if TMA:
         Q = _rows_descriptor(Q, seqlen_q, HEAD_DIM, BLOCK_M)
+    q = _load_block(Q, block * BLOCK_M, rows, seqlen_q, HEAD_DIM, True, TMA)
+    kv_len = _kept_keys(KeyLengths, seqlen_k)
+    if TMA:  # K and V bounded by the kept keys: the keys past them read as 0
         Out = _rows_descriptor(Out, seqlen_q, HEAD_DIM, BLOCK_M)
         K = _rows_descriptor(K, kv_len, HEAD_DIM, BLOCK_N)
         V = _rows_descriptor(V, kv_len, HEAD_DIM, BLOCK_N)
-    q = _load_block(Q, first_row, rows, seqlen_q, HEAD_DIM, True, TMA)
+    first_row = block * BLOCK_M
     last_row = min(first_row + BLOCK_M, seqlen_q) - 1
     lo_first, lo_last, hi_first, hi_last = _key_bounds(
         first_row, last_row, kv_len, offset, window, CAUSAL, WINDOW
