@@ -15,7 +15,8 @@ the day the interpreter gets it right, so that the refusal can go. bfloat16 is c
 
 The interpreter never runs Triton's GPU compiler, so `test_kernels_compile_for_a_gpu` compiles every kernel
 to sm_90 machine code in a subprocess (Triton ships ptxas; no GPU needed), with 16-byte-aligned pointers as a
-real launch has them, and every autotuner tile size at D = 128 within an H100's shared memory.
+real launch has them, and every autotuner tile size at D = 128 within an H100's shared memory; the forward's
+variants for Hopper (`flash.FORWARD_VARIANTS`) without spills, and with tensor descriptors where they should.
 """
 
 import math
@@ -349,7 +350,7 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
 COMPILE_FOR_GPU = textwrap.dedent(
     """
     from qkv.kernels import flash
-    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90
+    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90, usage
 
     assert not flash.INTERPRETED
 
@@ -375,6 +376,19 @@ COMPILE_FOR_GPU = textwrap.dedent(
     for kernel, constants in KERNELS:
         for masks in (PLAIN, EVERY_MASK, PACKED) if "KeyLengths" in kernel.arg_names else ({},):
             compiles(kernel, {"HEAD_DIM": 64, **masks, **constants})
+
+    # The forward's variants for Hopper, which the lease times, at D = 128 with every mask (every stage of
+    # the loop compiled): no spill, within an H100's shared memory, and TMA's loads through tensor
+    # descriptors (cp.async.bulk.tensor in the PTX), the others' not.
+    for config in flash.FORWARD_VARIANTS:
+        given = {"HEAD_DIM": 128, **EVERY_MASK, **config.kwargs}
+        options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+        compiled = compile_for_sm90(flash._forward_kernel, given, **options)
+        used = usage(compiled)
+        assert used["stack"] == 0, ("spills", str(config), used)
+        assert used["shared"] <= H100_SHARED_MEMORY, (str(config), used)
+        tma = "cp.async.bulk.tensor" in compiled.asm["ptx"]
+        assert tma == config.kwargs.get("TMA", False), (str(config), tma)
 
     # Every tile size the autotuner may try, at the largest head size and its deepest pipeline (the most
     # shared memory): a config that does not fit is skipped by the autotuner, but if none fits, the launch fails.

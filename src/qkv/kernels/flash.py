@@ -33,6 +33,12 @@ a shorter one's end return at once. No program visits a tile between two sequenc
 the tiles of each sequence's own square. The interface follows the flash-attention library's
 `flash_attn_varlen_func` (`cu_seqlens`, `max_seqlen`); the code is ours.
 
+Variants for Hopper. `_forward_kernel` has two constant flags, off by default: TMA reads q, k and v and
+writes the output through tensor descriptors whose bounds are one head of one sequence (the keys: the kept
+keys), so the rows past them read as zeros without a mask; FOLD_SCALE computes the full tiles as
+`exp2(qk * scale - m)`, one FMA per score. The autotuner does not try them; the lab's lease times them
+(`FORWARD_VARIANTS`), so that a measured run decides whether one becomes the default.
+
 Limits: see `qkv.kernels.contract`; no attention mask other than these, no dropout. Under Triton's CPU
 interpreter (`TRITON_INTERPRET=1`, set before Triton is imported) the kernels run one small tile shape each.
 On a GPU the autotuner times each kernel's configurations once per shape; `QKV_FLASH_AUTOTUNE=0` runs the
@@ -740,22 +746,28 @@ _tuned_forward = _autotuned(
     [(64, 32), (64, 64), (128, 32), (128, 64), (16, 64), (16, 128)],
 )
 
-# The forward's variants for Hopper, by their constants: the scale folded into
-# one FMA, tensor descriptors (TMA), both.
-VARIANT_FLAGS = (
-    {"FOLD_SCALE": True},
-    {"TMA": True},
-    {"TMA": True, "FOLD_SCALE": True},
+# The forward's variants for Hopper: their constants (the scale folded into one
+# FMA, tensor descriptors, both), and the (BLOCK_M, BLOCK_N, warps, stages) of
+# each on a GPU, those that compile for sm_90 at D = 128, with every mask,
+# without spilling and within an H100's shared memory (Triton 3.9; checked by
+# tests/library/test_flash.py).
+VARIANTS = (
+    ({"FOLD_SCALE": True}, ((128, 64, 8, 2),)),  # 3 stages spill with a window
+    ({"TMA": True}, ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3))),
+    (
+        {"TMA": True, "FOLD_SCALE": True},
+        ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3)),
+    ),
 )
+VARIANT_FLAGS = tuple(flags for flags, _ in VARIANTS)
 
 
 def _variants() -> list[triton.Config]:
-    """The forward's variants (`VARIANT_FLAGS`) at the tiles, warps and stages
-    that compile for sm_90 without spilling at D = 128 (Triton 3.9, checked by
-    tests/library/test_flash.py). Not the autotuner's: the lab's lease times
-    them beside its configurations (`qkv_lab.pinning.candidates`), so that a
-    measured run decides whether one becomes the default. Under the
-    interpreter, the interpreter's tile with each variant's flags."""
+    """The forward's `VARIANTS` as launch configurations. Not the autotuner's:
+    the lab's lease times them beside its configurations
+    (`qkv_lab.pinning.candidates`), so that a measured run decides whether one
+    becomes the default. Under the interpreter, its tile with each variant's
+    constants."""
     if INTERPRETED:
         (tile,) = _configs([(64, 32)])
         return [triton.Config(tile.kwargs | flags) for flags in VARIANT_FLAGS]
@@ -765,13 +777,11 @@ def _variants() -> list[triton.Config]:
             num_warps=warps,
             num_stages=stages,
         )
-        for block_m, block_n, warps, stages in VARIANT_LAUNCHES
-        for flags in VARIANT_FLAGS
+        for flags, launches in VARIANTS
+        for block_m, block_n, warps, stages in launches
     ]
 
 
-# (BLOCK_M, BLOCK_N, warps, stages) of the variants on a GPU
-VARIANT_LAUNCHES = ((128, 64, 8, 3), (128, 128, 8, 3), (64, 128, 4, 3))
 FORWARD_VARIANTS = _variants()
 # One program per BLOCK_N keys, stepping through the queries BLOCK_M at a time.
 _tuned_backward_dkdv = _autotuned(
