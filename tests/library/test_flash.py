@@ -222,7 +222,7 @@ def test_queries_without_keys_give_zeros_and_zero_gradients():
     assert out[0, :, 31:].abs().sum() > 0  # the queries that see keys are not zeros
 
 
-@pytest.mark.parametrize("forward", [None, *TMA_VARIANTS])
+@pytest.mark.parametrize("forward", [pytest.param(None, id="default"), *TMA_VARIANTS])
 @pytest.mark.parametrize("masks", [{}, {"causal": True, "window": 8}], ids=["padding", "window"])
 def test_keys_past_key_lengths_are_never_read(masks, forward, monkeypatch):
     # NaN keys and values past each batch's length: a read of any of them would spread NaN.
