@@ -11,7 +11,9 @@ What the interpreter supports (Triton 3.9): float16 runs and is exact to float16
 stores and conversions work, but `tl.dot` on bfloat16 operands multiplies their raw 16-bit patterns as
 integers, so the kernels give garbage; `flash_attention` therefore refuses bfloat16 under the interpreter
 (tested below), and `test_interpreter_bfloat16_dot_is_still_broken` is a strict xfail that starts failing
-the day the interpreter gets it right, so that the refusal can go. bfloat16 is checked on GPU only.
+the day the interpreter gets it right, so that the refusal can go. bfloat16 is checked on GPU only. Tensor
+descriptors (`tl.make_tensor_descriptor`) run: rows past a descriptor's bounds load as zeros and are not
+stored, as on a GPU, so the forward's TMA variants are checked here too (`VARIANTS`, pinned).
 
 The interpreter never runs Triton's GPU compiler, so `test_kernels_compile_for_a_gpu` compiles every kernel
 to sm_90 machine code in a subprocess (Triton ships ptxas; no GPU needed), with 16-byte-aligned pointers as a
