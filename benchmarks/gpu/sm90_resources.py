@@ -2,29 +2,25 @@
 
     TRITON_INTERPRET=0 QKV_FLASH_AUTOTUNE=1 PYTHONPATH=src python benchmarks/gpu/sm90_resources.py [OUT.json]
 
-Needs no GPU: each configuration that the autotuners of `qkv.kernels.flash` and `qkv.kernels.decode` may try
-is compiled for Hopper (`qkv_lab.sm90.compile_for_sm90`, D = 128, bfloat16, pointers 16-byte aligned as
-torch's are, full and causal), and the cubin read with the `cuobjdump` that Triton bundles: `REG` registers per
-thread, `STACK` bytes of stack frame per thread (above zero at 255 registers: ptxas spilled), and Triton's
-own count of shared memory (at most 232,448 bytes on an H100). The numbers are those of the Triton installed
-where it runs, which may not be the GPU machine's. One JSON line per configuration on stdout; all of them in
-OUT.json if given.
+Needs no GPU: each configuration that the autotuners of `qkv.kernels.flash` and `qkv.kernels.decode`
+may try, and the forward's variants for Hopper that the lease tries (`flash.FORWARD_VARIANTS`), is
+compiled for Hopper (`qkv_lab.sm90.compile_for_sm90`, D = 128, bfloat16, pointers 16-byte aligned as
+torch's are, full and causal), and the cubin read with the `cuobjdump` that Triton bundles
+(`qkv_lab.sm90.usage`): `REG` registers per thread, `STACK` bytes of stack frame per thread (above zero
+at 255 registers: ptxas spilled), and Triton's own count of shared memory (at most 232,448 bytes on an
+H100). The numbers are those of the Triton installed where it runs, which may not be the GPU machine's.
+One JSON line per configuration on stdout; all of them in OUT.json if given.
 """
 
 import json
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import triton
 
 from qkv.kernels import decode, flash
-from qkv_lab.sm90 import compile_for_sm90
-
-CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+from qkv_lab.sm90 import compile_for_sm90, usage
 
 
 def resources(kernel, constants: dict, config: triton.Config) -> dict:
@@ -32,31 +28,19 @@ def resources(kernel, constants: dict, config: triton.Config) -> dict:
     compiled = compile_for_sm90(
         kernel, constants, num_warps=config.num_warps, num_stages=config.num_stages
     )
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(compiled.asm["cubin"])
-        cubin.flush()
-        usage = subprocess.run(
-            [str(CUOBJDUMP), "--dump-resource-usage", cubin.name],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    registers, stack = (
-        int(re.search(rf"{field}:(\d+)", usage).group(1)) for field in ("REG", "STACK")
-    )
-    return {"registers": registers, "stack": stack, "shared": compiled.metadata.shared}
+    return usage(compiled)
 
 
 def configurations():
     """`(kernel name, kernel, constants, config)` for every configuration the autotuners may try."""
     padded = {"CuSeqlensQ": None, "CuSeqlensK": None, "KeyLengths": None, "WINDOW": False}
     tuned = {
-        "forward": flash._tuned_forward,
-        "dkdv": flash._tuned_backward_dkdv,
-        "dq": flash._tuned_backward_dq,
+        "forward": (flash._tuned_forward, flash.FORWARD_VARIANTS),
+        "dkdv": (flash._tuned_backward_dkdv, []),
+        "dq": (flash._tuned_backward_dq, []),
     }
-    for name, autotuner in tuned.items():
-        for config in autotuner.configs:
+    for name, (autotuner, variants) in tuned.items():
+        for config in [*autotuner.configs, *variants]:
             for causal in (False, True):
                 constants = {"HEAD_DIM": 128, "CAUSAL": causal, **padded, **config.kwargs}
                 yield name, autotuner.fn, constants, config

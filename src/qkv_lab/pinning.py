@@ -33,6 +33,9 @@ KERNELS = {
     "dq": ("qkv.kernels.flash", "_tuned_backward_dq"),
     "decode": ("qkv.kernels.decode", "_tuned_split"),
 }
+# configurations a kernel's autotuner does not try but the lease does: the
+# forward's variants for Hopper (tensor descriptors, the scale in one FMA)
+VARIANTS = {"forward": ("qkv.kernels.flash", "FORWARD_VARIANTS")}
 
 
 def autotuner(kernel: str) -> triton.runtime.Autotuner:
@@ -46,12 +49,17 @@ def autotuner(kernel: str) -> triton.runtime.Autotuner:
 
 
 def candidates(kernel: str, seqlen_q: int) -> list[triton.Config]:
-    """The configurations the autotuner would try for `seqlen_q` queries, after its own pruning.
+    """The configurations the autotuner would try for `seqlen_q` queries, and the kernel's `VARIANTS`, after
+    the autotuner's own pruning.
 
-    With `QKV_FLASH_AUTOTUNE=0` (or under the interpreter) the kernels hold only their first configuration.
+    With `QKV_FLASH_AUTOTUNE=0` (or under the interpreter) the kernels hold only their first configuration
+    (and the variants).
     """
     tuner = autotuner(kernel)
     configs = list(tuner.configs)
+    if kernel in VARIANTS:
+        module, name = VARIANTS[kernel]
+        configs += getattr(importlib.import_module(module), name)
     if tuner.early_config_prune is not None:
         configs = tuner.early_config_prune(configs, {"seqlen_q": seqlen_q})
     return configs

@@ -9,6 +9,7 @@ import pytest
 import torch
 import triton
 
+from qkv.kernels import flash
 from qkv_lab import bench, lease, pinning, precompile, summary
 from qkv_lab.harness import Timing
 
@@ -155,7 +156,9 @@ def test_the_confirming_run_replays_the_pinned_configurations(tiny_lease):
 
 
 def test_a_rerun_measures_only_what_a_stopped_run_left(tmp_path):
-    stopped = FakeTimer(stop_at=5)  # the first case takes four: tuning, pinned, torch, torch-flash
+    # the first case takes a timing per candidate (tuning), then the pinned one, torch, torch-flash
+    per_case = len(pinning.candidates("forward", TINY.square[0])) + 3
+    stopped = FakeTimer(stop_at=per_case + 1)
     argv = [str(tmp_path), "--device", "cpu", "--steps", "forward"]
     plan = TINY
     assert lease.main(argv, plan=plan, tools=tools(stopped)) == 130
@@ -169,7 +172,7 @@ def test_a_rerun_measures_only_what_a_stopped_run_left(tmp_path):
         ("forward", False),
         ("forward", True),
     ]
-    assert next(resumed.count) == 5  # four timings: the causal case alone
+    assert next(resumed.count) == per_case + 1  # the causal case's timings alone
 
 
 def test_no_case_starts_past_the_time_given(tmp_path, capsys):
@@ -205,6 +208,7 @@ def test_each_candidate_is_timed_pinned_and_the_fastest_kept(monkeypatch):
     )
     tuner = pinning.autotuner("forward")
     monkeypatch.setattr(tuner, "configs", [slow, fast])
+    monkeypatch.setattr(pinning, "VARIANTS", {})  # the autotuner's configurations alone
     held = []
 
     def timer(call, device):
@@ -221,6 +225,38 @@ def test_each_candidate_is_timed_pinned_and_the_fastest_kept(monkeypatch):
     assert record["paths"]["qkv-flash"]["min_ms"] == 1.0
     assert held[:3] == [[slow], [fast], [fast]]  # tuning twice, then the timing, pinned
     assert tuner.configs == [slow, fast]  # restored
+
+
+def test_the_forward_variants_are_tuned_beside_the_autotuners_configurations(tiny_lease):
+    folder, _ = tiny_lease
+    records = json.loads((folder / "cases.json").read_text())["cases"]
+    variants = [pinning.describe(config) for config in flash.FORWARD_VARIANTS]
+    assert any("TMA=True" in name for name in variants)
+    assert any("FOLD_SCALE=True" in name for name in variants)
+    forward = [r for r in records if r["suite"] == "square" and r["mode"] == "forward"]
+    assert len(forward) == 2
+    for record in forward:
+        tried = [trial["config"] for trial in record["tuning"]]
+        assert tried[-len(variants) :] == variants
+        assert all(trial["status"] == "ok" for trial in record["tuning"])
+
+
+def test_a_faster_variant_is_chosen_and_named_in_the_summary():
+    tuner = pinning.autotuner("forward")
+
+    def timer(call, device):  # the variant with both flags is the fastest
+        call()
+        chosen = tuner.best_config.kwargs
+        return (
+            Timing(1.0, 1.0) if chosen.get("TMA") and chosen.get("FOLD_SCALE") else Timing(4.0, 4.0)
+        )
+
+    record = lease.measure(lease.cases("forward", TINY)[0], tools(timer))
+    line = lease.summary_line(record)
+    assert "FOLD_SCALE=True" in line["config"]
+    assert "TMA=True" in line["config"]
+    assert line["qkv_ms"] == 1.0
+    assert line.keys() == summary.FIELDS.keys()  # beside cuDNN's time (None on a CPU) and torch's
 
 
 def test_a_call_that_cannot_be_captured_is_timed_as_it_is():
@@ -256,14 +292,14 @@ def test_every_configuration_to_tune_is_compiled_once_first(monkeypatch):
     todo = [case for step in lease.STEPS[:3] for case in lease.cases(step, TINY)]
     jobs = precompile.jobs(todo)
     forward = [job for job in jobs if job.kernel == "forward"]
-    assert sorted(
-        (job.case.causal is False, job.config["kwargs"]["BLOCK_N"]) for job in forward
-    ) == [
-        (False, 16),
-        (False, 32),
-        (True, 16),
-        (True, 32),
-    ]  # each configuration once per mask, whichever the mode: the same kernel
+    variants = [pinning.as_dict(config) for config in flash.FORWARD_VARIANTS]
+    assert len(variants) == len(flash.VARIANT_FLAGS) == 3
+    for causal in (False, "top_left"):
+        assert [job.config for job in forward if job.case.causal == causal] == [
+            *(pinning.as_dict(config) for config in two),
+            *variants,
+        ]  # each configuration and each variant once per mask, whichever the mode: the same kernel
+    assert len(forward) == 2 * 5
     assert {job.case.mode for job in forward} == {"forward"}
     assert {job.kernel for job in jobs} == {"forward", "dkdv", "dq", "decode"}
     decode = [job for job in jobs if job.kernel == "decode"]
@@ -273,7 +309,7 @@ def test_every_configuration_to_tune_is_compiled_once_first(monkeypatch):
     }
     # under the interpreter, in this process: each job launches its configuration, pinned
     results = precompile.precompile(todo[:1], "cpu", workers=0)
-    assert [error for _, _, error in results] == [None, None]
+    assert [error for _, _, error in results] == [None] * 5
     assert pinning.autotuner("forward").configs == two  # restored
 
 

@@ -6,6 +6,7 @@ import torch
 import triton
 
 import qkv
+from qkv.kernels import flash
 from qkv_lab import pinning
 from qkv_lab.harness import Timing
 
@@ -49,6 +50,16 @@ def test_candidates_are_pruned_by_the_queries_as_the_autotuner_prunes(monkeypatc
     assert [c.kwargs["BLOCK_M"] for c in pinning.candidates("forward", 1)] == [16]
     assert [c.kwargs["BLOCK_M"] for c in pinning.candidates("forward", 4096)] == [64, 128]
     assert pinning.candidates("dkdv", 1) == on_a_gpu  # one program per key block: not pruned
+
+
+def test_the_forward_candidates_include_its_variants_for_hopper():
+    # the autotuner does not try them (the default stays), the lease does
+    tuner = pinning.autotuner("forward")
+    variants = flash.FORWARD_VARIANTS
+    assert {"TMA", "FOLD_SCALE"} <= {name for config in variants for name in config.kwargs}
+    assert not any(config in tuner.configs for config in variants)
+    assert pinning.candidates("forward", 24) == [*tuner.configs, *variants]
+    assert pinning.candidates("dq", 24) == pinning.autotuner("dq").configs
 
 
 def test_an_unknown_kernel_is_refused():

@@ -11,11 +11,14 @@ What the interpreter supports (Triton 3.9): float16 runs and is exact to float16
 stores and conversions work, but `tl.dot` on bfloat16 operands multiplies their raw 16-bit patterns as
 integers, so the kernels give garbage; `flash_attention` therefore refuses bfloat16 under the interpreter
 (tested below), and `test_interpreter_bfloat16_dot_is_still_broken` is a strict xfail that starts failing
-the day the interpreter gets it right, so that the refusal can go. bfloat16 is checked on GPU only.
+the day the interpreter gets it right, so that the refusal can go. bfloat16 is checked on GPU only. Tensor
+descriptors (`tl.make_tensor_descriptor`) run: rows past a descriptor's bounds load as zeros and are not
+stored, as on a GPU, so the forward's TMA variants are checked here too (`VARIANTS`, pinned).
 
 The interpreter never runs Triton's GPU compiler, so `test_kernels_compile_for_a_gpu` compiles every kernel
 to sm_90 machine code in a subprocess (Triton ships ptxas; no GPU needed), with 16-byte-aligned pointers as a
-real launch has them, and every autotuner tile size at D = 128 within an H100's shared memory.
+real launch has them, and every autotuner tile size at D = 128 within an H100's shared memory; the forward's
+variants for Hopper (`flash.FORWARD_VARIANTS`) without spills, and with tensor descriptors where they should.
 """
 
 import math
@@ -89,6 +92,30 @@ def random_qkv(batch, heads, seqlen_q, seqlen_k, head_dim, dtype=torch.float16, 
     return q, k, v
 
 
+def variant(flags):
+    """The first of `flash.FORWARD_VARIANTS` with exactly these flags, as a test parameter."""
+    (config, *_) = (
+        c
+        for c in flash.FORWARD_VARIANTS
+        if {name: c.kwargs[name] for name in c.kwargs if name.isupper() and "BLOCK" not in name}
+        == flags
+    )
+    return pytest.param(config, id="-".join(sorted(flags)).lower())
+
+
+# The forward's variants for Hopper (tensor descriptors, the scale folded into one FMA), one launch of each;
+# `pin_forward` makes the forward kernel launch one, as the lab's lease does.
+VARIANTS = [variant(flags) for flags in flash.VARIANT_FLAGS]
+TMA_VARIANTS = [param for param in VARIANTS if param.values[0].kwargs.get("TMA")]
+
+
+def pin_forward(monkeypatch, config):
+    """Launch the forward kernel with `config` only (None: leave the autotuner as it is)."""
+    if config is not None:
+        monkeypatch.setattr(flash._tuned_forward, "configs", [config])
+        monkeypatch.setattr(flash._tuned_forward, "cache", {})
+
+
 def some_key_lengths(seqlen_k):
     """Two batches: one keeps every key, one about a third of them (at least one)."""
     return torch.tensor([seqlen_k, max(1, seqlen_k // 3)], device=DEVICE)
@@ -113,10 +140,24 @@ MASKS = [
 ]
 
 
-@pytest.mark.parametrize("masks", MASKS)
-@pytest.mark.parametrize(("seqlen_q", "seqlen_k", "head_dim"), SHAPES)
+# every shape and mask with the default forward; every variant at one shape (L != S, partial tiles both ways)
+CASES = [
+    pytest.param(*shape.values, *masks.values, None, id=f"{shape.id}-{masks.id}")
+    for shape in SHAPES
+    for masks in MASKS
+] + [
+    pytest.param(20, 45, 32, *masks.values, config, id=f"{config_id}-{masks.id}")
+    for (config,), config_id in ((param.values, param.id) for param in VARIANTS)
+    for masks in MASKS
+]
+
+
+@pytest.mark.parametrize(("seqlen_q", "seqlen_k", "head_dim", "masks", "forward"), CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_output_and_gradients_match_torch(seqlen_q, seqlen_k, head_dim, masks, dtype):
+def test_output_and_gradients_match_torch(
+    seqlen_q, seqlen_k, head_dim, masks, forward, dtype, monkeypatch
+):
+    pin_forward(monkeypatch, forward)
     if masks.get("key_lengths"):
         masks = {"key_lengths": some_key_lengths(seqlen_k)}
     assert_matches_torch(*random_qkv(2, 2, seqlen_q, seqlen_k, head_dim, dtype), **masks)
@@ -183,9 +224,11 @@ def test_queries_without_keys_give_zeros_and_zero_gradients():
     assert out[0, :, 31:].abs().sum() > 0  # the queries that see keys are not zeros
 
 
+@pytest.mark.parametrize("forward", [pytest.param(None, id="default"), *TMA_VARIANTS])
 @pytest.mark.parametrize("masks", [{}, {"causal": True, "window": 8}], ids=["padding", "window"])
-def test_keys_past_key_lengths_are_never_read(masks):
+def test_keys_past_key_lengths_are_never_read(masks, forward, monkeypatch):
     # NaN keys and values past each batch's length: a read of any of them would spread NaN.
+    pin_forward(monkeypatch, forward)
     q, k, v = random_qkv(2, 2, 23, 50, 32)
     key_lengths = torch.tensor([13, 40], device=DEVICE)
     real = qkv.padding_mask(key_lengths, 50)[:, :, 0, :, None]  # (B, 1, 1, S) -> (B, 1, S, 1)
@@ -200,9 +243,23 @@ def test_keys_past_key_lengths_are_never_read(masks):
     assert not clean[2].masked_select(~real).any()  # keys past the lengths get no gradient
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("scale", [0.05, 1.0, 2.5])
-def test_custom_scale_matches_torch(scale, causal):
+@pytest.mark.parametrize(
+    ("scale", "causal", "forward"),
+    [
+        pytest.param(scale, causal, None, id=f"{scale}-{'causal' if causal else 'full'}")
+        for scale in (0.05, 1.0, 2.5)
+        for causal in (False, True)
+    ]
+    + [pytest.param(-0.7, False, None, id="-0.7-full")]
+    + [
+        pytest.param(-0.7, False, *param.values, id=f"-0.7-full-{param.id}")
+        for param in VARIANTS
+        if param.values[0].kwargs.get("FOLD_SCALE")
+    ],
+)
+def test_custom_scale_matches_torch(scale, causal, forward, monkeypatch):
+    # A negative scale makes the largest score the smallest product: FOLD_SCALE's maximum is taken before it.
+    pin_forward(monkeypatch, forward)
     assert_matches_torch(*random_qkv(2, 1, 18, 21, 32), causal=causal, scale=scale)
 
 
@@ -295,7 +352,7 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
 COMPILE_FOR_GPU = textwrap.dedent(
     """
     from qkv.kernels import flash
-    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90
+    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90, usage
 
     assert not flash.INTERPRETED
 
@@ -321,6 +378,19 @@ COMPILE_FOR_GPU = textwrap.dedent(
     for kernel, constants in KERNELS:
         for masks in (PLAIN, EVERY_MASK, PACKED) if "KeyLengths" in kernel.arg_names else ({},):
             compiles(kernel, {"HEAD_DIM": 64, **masks, **constants})
+
+    # The forward's variants for Hopper, which the lease times, at D = 128 with every mask (every stage of
+    # the loop compiled): no spill, within an H100's shared memory, and TMA's loads through tensor
+    # descriptors (cp.async.bulk.tensor in the PTX), the others' not.
+    for config in flash.FORWARD_VARIANTS:
+        given = {"HEAD_DIM": 128, **EVERY_MASK, **config.kwargs}
+        options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+        compiled = compile_for_sm90(flash._forward_kernel, given, **options)
+        used = usage(compiled)
+        assert used["stack"] == 0, ("spills", str(config), used)
+        assert used["shared"] <= H100_SHARED_MEMORY, (str(config), used)
+        tma = "cp.async.bulk.tensor" in compiled.asm["ptx"]
+        assert tma == config.kwargs.get("TMA", False), (str(config), tma)
 
     # Every tile size the autotuner may try, at the largest head size and its deepest pipeline (the most
     # shared memory): a config that does not fit is skipped by the autotuner, but if none fits, the launch fails.

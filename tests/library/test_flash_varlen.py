@@ -22,7 +22,14 @@ from tests.library.reference import (
     reference_attention,
     torch_attention,
 )
-from tests.library.test_flash import DEVICE, DTYPES, interpreter_only, run_with_grads
+from tests.library.test_flash import (
+    DEVICE,
+    DTYPES,
+    VARIANTS,
+    interpreter_only,
+    pin_forward,
+    run_with_grads,
+)
 
 SEQLENS_Q = [5, 0, 1, 40, 3, 17]
 SEQLENS_K = [7, 4, 1, 17, 0, 33]
@@ -83,9 +90,22 @@ MASKS = [
 ]
 
 
-@pytest.mark.parametrize("options", MASKS)
+# the forward's variant with both tensor descriptors and the folded scale: each sequence's own descriptors
+BOTH = next(param for param in VARIANTS if len(param.values[0].kwargs) == 4)
+WITH_VARIANT = [
+    pytest.param(*masks.values, *BOTH.values, id=f"{masks.id}-{BOTH.id}")
+    for masks in MASKS
+    if masks.id in ("causal", "window9-bottom-right")
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "forward"),
+    [pytest.param(*masks.values, None, id=masks.id) for masks in MASKS] + WITH_VARIANT,
+)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_packed_output_and_gradients_match_torch(options, dtype):
+def test_packed_output_and_gradients_match_torch(options, forward, dtype, monkeypatch):
+    pin_forward(monkeypatch, forward)
     q, k, v, cu_q, cu_k = packed_qkv(SEQLENS_Q, SEQLENS_K, dtype=dtype)
     assert_varlen_matches_torch(q, k, v, cu_q, cu_k, **options)
 
@@ -151,8 +171,10 @@ def test_queries_without_keys_give_zeros_and_zero_gradients():
     assert k.grad[:3].abs().sum() > 0
 
 
-def test_no_sequence_reads_another():
+@pytest.mark.parametrize("forward", [pytest.param(None, id="default"), BOTH])
+def test_no_sequence_reads_another(forward, monkeypatch):
     # NaN queries, keys and values in sequence 1: a read of any of them from another sequence spreads NaN.
+    pin_forward(monkeypatch, forward)
     seqlens_q, seqlens_k = [20, 9, 13], [18, 11, 25]
     q, k, v, cu_q, cu_k = packed_qkv(seqlens_q, seqlens_k)
     rows, cols = slice(cu_q[1], cu_q[2]), slice(cu_k[1], cu_k[2])

@@ -33,6 +33,12 @@ a shorter one's end return at once. No program visits a tile between two sequenc
 the tiles of each sequence's own square. The interface follows the flash-attention library's
 `flash_attn_varlen_func` (`cu_seqlens`, `max_seqlen`); the code is ours.
 
+Variants for Hopper. `_forward_kernel` has two constant flags, off by default: TMA reads q, k and v and
+writes the output through tensor descriptors whose bounds are one head of one sequence (the keys: the kept
+keys), so the rows past them read as zeros without a mask; FOLD_SCALE computes the full tiles as
+`exp2(qk * scale - m)`, one FMA per score. The autotuner does not try them; the lab's lease times them
+(`FORWARD_VARIANTS`), so that a measured run decides whether one becomes the default.
+
 Limits: see `qkv.kernels.contract`; no attention mask other than these, no dropout. Under Triton's CPU
 interpreter (`TRITON_INTERPRET=1`, set before Triton is imported) the kernels run one small tile shape each.
 On a GPU the autotuner times each kernel's configurations once per shape; `QKV_FLASH_AUTOTUNE=0` runs the
@@ -43,8 +49,10 @@ first configuration untuned (the CUDA tests use it to check correctness in minut
 # ruff: noqa: N803, N806
 
 import contextlib
+import contextvars
 import math
 import os
+from collections.abc import Callable
 
 import torch
 import triton
@@ -144,6 +152,38 @@ def _load_columns(
     return columns
 
 
+@triton.jit
+def _rows_descriptor(Ptr, count, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """A tensor descriptor (TMA) of the `(count, HEAD_DIM)` rows at `Ptr`,
+    read and written `BLOCK` rows at a time.
+
+    Its bounds are one head of one sequence: rows at or past `count` read as
+    zeros and are not written, as `_load_rows` with MASKED reads them, and no
+    block reaches the next head's rows.
+    """
+    return tl.make_tensor_descriptor(
+        Ptr,
+        shape=[count, HEAD_DIM],
+        strides=[HEAD_DIM, 1],
+        block_shape=[BLOCK, HEAD_DIM],
+    )
+
+
+@triton.jit
+def _load_block(
+    Ptr, first, index, count,
+    HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr,
+):  # fmt: skip
+    """Rows `index = first + arange(len(index))` of a `(N, HEAD_DIM)` matrix:
+    through the descriptor `Ptr` with TMA (bounded by its own rows), else as
+    `_load_rows` reads them."""
+    if TMA:
+        rows = Ptr.load([first, 0])
+    else:
+        rows = _load_rows(Ptr, index, count, HEAD_DIM, MASKED)
+    return rows
+
+
 # --8<-- [start:keep]
 @triton.jit
 def _keep(
@@ -180,13 +220,14 @@ def _attend_to_keys(
     q, K, V, rows, start, end, kv_len, offset, window, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
+    TMA: tl.constexpr,
 ):  # fmt: skip
     """Fold the key tiles in `[start, end)` into one block of query rows; MASKED
-    tiles cross a mask edge."""
+    tiles cross a mask edge; TMA: `k` and `v` are tensor descriptors."""
     for tile in range(start, end, BLOCK_N):
         cols = tile + tl.arange(0, BLOCK_N)
-        k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
-        v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
+        k = _load_block(K, tile, cols, kv_len, HEAD_DIM, MASKED, TMA)
+        v = _load_block(V, tile, cols, kv_len, HEAD_DIM, MASKED, TMA)
         scores = (
             tl.dot(q, tl.trans(k)) * qk_scale
         )  # (BLOCK_M, BLOCK_N), in log2 units
@@ -219,6 +260,29 @@ def _attend_to_keys(
 # --8<-- [end:inner-loop]
 
 
+@triton.jit
+def _attend_to_full_tiles(
+    acc, l_i, m_i, q, K, V, start, end, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+):  # fmt: skip
+    """`_attend_to_keys` on tiles without a mask, the scale folded into one FMA:
+    `exp2(qk * qk_scale - m)` on the raw products `qk`, the maximum taken
+    before scaling, which needs `qk_scale >= 0` (see `_flash_forward`)."""
+    for tile in range(start, end, BLOCK_N):
+        cols = tile + tl.arange(0, BLOCK_N)
+        k = _load_block(K, tile, cols, 0, HEAD_DIM, False, TMA)
+        v = _load_block(V, tile, cols, 0, HEAD_DIM, False, TMA)
+        qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N), unscaled
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
 # --8<-- [start:forward-kernel]
 @triton.jit(
     do_not_specialize=[
@@ -236,9 +300,16 @@ def _forward_kernel(
     qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    TMA: tl.constexpr = False, FOLD_SCALE: tl.constexpr = False,
 ):  # fmt: skip
     """One program: `BLOCK_M` query rows of one (sequence, head) against the key
-    tiles they may see."""
+    tiles they may see.
+
+    Variants for Hopper, chosen by launch configuration (`FORWARD_VARIANTS`):
+    TMA reads q, k, v and writes the output through tensor descriptors bounded
+    by one head of one sequence (`_rows_descriptor`); FOLD_SCALE runs the full
+    tiles with the scale folded into one FMA (`_attend_to_full_tiles`).
+    """
     block = tl.program_id(0)
     head = tl.program_id(1)  # its key/value head is head // group
     q_start, q_head_rows, seqlen_q = _sequence(
@@ -265,8 +336,14 @@ def _forward_kernel(
     ) * bottom_right  # causal: query i sees keys j <= i + offset
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, True)
+    if TMA:
+        Q = _rows_descriptor(Q, seqlen_q, HEAD_DIM, BLOCK_M)
+    q = _load_block(Q, block * BLOCK_M, rows, seqlen_q, HEAD_DIM, True, TMA)
     kv_len = _kept_keys(KeyLengths, seqlen_k)
+    if TMA:  # K and V bounded by the kept keys: the keys past them read as 0
+        Out = _rows_descriptor(Out, seqlen_q, HEAD_DIM, BLOCK_M)
+        K = _rows_descriptor(K, kv_len, HEAD_DIM, BLOCK_N)
+        V = _rows_descriptor(V, kv_len, HEAD_DIM, BLOCK_N)
     first_row = block * BLOCK_M
     last_row = min(first_row + BLOCK_M, seqlen_q) - 1
     lo_first, lo_last, hi_first, hi_last = _key_bounds(
@@ -290,18 +367,24 @@ def _forward_kernel(
         acc, l_i, m_i = _attend_to_keys(
             acc, l_i, m_i, q, K, V, rows, start, full_start,
             kv_len, offset, window, qk_scale,
-            HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
+            HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True, TMA,
         )  # fmt: skip
-    acc, l_i, m_i = _attend_to_keys(  # full tiles: no mask
-        acc, l_i, m_i, q, K, V, rows, full_start, full_end,
-        kv_len, offset, window, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, False,
-    )  # fmt: skip
+    if FOLD_SCALE:
+        acc, l_i, m_i = _attend_to_full_tiles(
+            acc, l_i, m_i, q, K, V, full_start, full_end, qk_scale,
+            HEAD_DIM, BLOCK_N, TMA,
+        )  # fmt: skip
+    else:
+        acc, l_i, m_i = _attend_to_keys(  # full tiles: no mask
+            acc, l_i, m_i, q, K, V, rows, full_start, full_end,
+            kv_len, offset, window, qk_scale,
+            HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, False, TMA,
+        )  # fmt: skip
     # tiles across the diagonal or the last key
     acc, l_i, m_i = _attend_to_keys(
         acc, l_i, m_i, q, K, V, rows, full_end, end,
         kv_len, offset, window, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True,
+        HEAD_DIM, BLOCK_N, CAUSAL, WINDOW, True, TMA,
     )  # fmt: skip
     # --8<-- [end:stages]
 
@@ -309,12 +392,15 @@ def _forward_kernel(
     l_i = tl.where(empty, 1.0, l_i)
     out = acc / l_i[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_i)) / LOG2E)
-    dims = tl.arange(0, HEAD_DIM)
-    tl.store(
-        Out + rows[:, None] * HEAD_DIM + dims[None, :],
-        out,
-        mask=(rows < seqlen_q)[:, None],
-    )
+    if TMA:
+        Out.store([first_row, 0], out.to(q.dtype))
+    else:
+        dims = tl.arange(0, HEAD_DIM)
+        tl.store(
+            Out + rows[:, None] * HEAD_DIM + dims[None, :],
+            out,
+            mask=(rows < seqlen_q)[:, None],
+        )
     tl.store(LSE + rows, lse, mask=rows < seqlen_q)
 
 
@@ -659,6 +745,44 @@ _tuned_forward = _autotuned(
     _forward_kernel,
     [(64, 32), (64, 64), (128, 32), (128, 64), (16, 64), (16, 128)],
 )
+
+# The forward's variants for Hopper: their constants (the scale folded into one
+# FMA, tensor descriptors, both), and the (BLOCK_M, BLOCK_N, warps, stages) of
+# each on a GPU, those that compile for sm_90 at D = 128, with every mask,
+# without spilling and within an H100's shared memory (Triton 3.9; checked by
+# tests/library/test_flash.py).
+VARIANTS = (
+    ({"FOLD_SCALE": True}, ((128, 64, 8, 2),)),  # 3 stages spill with a window
+    ({"TMA": True}, ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3))),
+    (
+        {"TMA": True, "FOLD_SCALE": True},
+        ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3)),
+    ),
+)
+VARIANT_FLAGS = tuple(flags for flags, _ in VARIANTS)
+
+
+def _variants() -> list[triton.Config]:
+    """The forward's `VARIANTS` as launch configurations. Not the autotuner's:
+    the lab's lease times them beside its configurations
+    (`qkv_lab.pinning.candidates`), so that a measured run decides whether one
+    becomes the default. Under the interpreter, its tile with each variant's
+    constants."""
+    if INTERPRETED:
+        (tile,) = _configs([(64, 32)])
+        return [triton.Config(tile.kwargs | flags) for flags in VARIANT_FLAGS]
+    return [
+        triton.Config(
+            {"BLOCK_M": block_m, "BLOCK_N": block_n, **flags},
+            num_warps=warps,
+            num_stages=stages,
+        )
+        for flags, launches in VARIANTS
+        for block_m, block_n, warps, stages in launches
+    ]
+
+
+FORWARD_VARIANTS = _variants()
 # One program per BLOCK_N keys, stepping through the queries BLOCK_M at a time.
 _tuned_backward_dkdv = _autotuned(
     _backward_dkdv_kernel,
@@ -733,19 +857,36 @@ def _flash_forward(
     def grid(meta: dict) -> tuple[int, int, int]:
         return _grid(lengths[0], meta["BLOCK_M"], sequences, heads)
 
-    with _on_device(q):
+    qk_scale = scale * LOG2E.value
+    tried = [c.kwargs for c in _tuned_forward.configs]  # the pinned one, or all
+    if qk_scale < 0 and any(c.get("FOLD_SCALE") for c in tried):
+        # FOLD_SCALE takes the maximum before scaling: give it a positive scale,
+        # (-q) k^T (-scale) = q k^T scale exactly
+        q, qk_scale = -q, -qk_scale
+
+    def launch() -> None:
         _tuned_forward[grid](
-            q,
-            k,
-            v,
-            out,
-            lse,
-            *pointers,
-            scale * LOG2E.value,
-            *lengths,
-            **constants,
+            q, k, v, out, lse, *pointers, qk_scale, *lengths, **constants
         )
+
+    with _on_device(q):
+        if any(c.get("TMA") for c in tried):
+            contextvars.copy_context().run(_with_scratch, q.device, launch)
+        else:
+            launch()
     return out, lse
+
+
+def _with_scratch(device: torch.device, launch: Callable[[], None]) -> None:
+    """Run `launch` with Triton's allocator giving it global memory on
+    `device`: a kernel that builds tensor descriptors (TMA) writes them there.
+    Called in a copy of the context, so that the caller's allocator stays."""
+    triton.set_allocator(
+        lambda size, alignment, stream: torch.empty(
+            size, dtype=torch.int8, device=device
+        )
+    )
+    launch()
 
 
 class _FlashAttention(torch.autograd.Function):
