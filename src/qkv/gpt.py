@@ -8,8 +8,9 @@
 `GPTConfig` chooses the parts: the norm (RMSNorm or LayerNorm) and where it sits (before each sub-layer, as
 above, or after each residual addition, as in the original Transformer), the MLP (SwiGLU or GELU), the
 positions (RoPE, learned, ALiBi or none), QK-norm, grouped key-value heads, biases in the linear layers,
-soft-capped attention scores, learned attention sinks, tied embeddings. The defaults are Llama's shape (RMSNorm before each
-sub-layer, SwiGLU, RoPE, no biases, no QK-norm, no soft-capping), and `to_transformers` and
+soft-capped attention scores, learned attention sinks, a gate on each head's output, tied embeddings. The
+defaults are Llama's shape (RMSNorm before each sub-layer, SwiGLU, RoPE, no biases, no QK-norm, no
+soft-capping), and `to_transformers` and
 `from_transformers` convert such a model to and from `transformers`' `LlamaForCausalLM` (the optional extra
 `qkv[hf]`; imported only by these two functions).
 """
@@ -88,6 +89,9 @@ class GPTConfig:
         sinks: each query head has one learned logit, `qkv.attention`'s `sinks`, that sits beside every
             row's scores in the softmax and whose share is dropped: a head may give part of its weight to
             nothing instead of to a token. It starts at 0. Not a Llama option: `to_transformers` refuses it.
+        gate: each head's output is multiplied, feature by feature, by `sigmoid(x W_g)`, `W_g` a learned
+            `(E, H * D)` map of the sub-layer's input `x` (with a bias if `bias`): Qiu et al.'s (2025) gate
+            after attention, as Qwen3-Next's full-attention layers apply it. Not a Llama option either.
         tie_embeddings: the output layer reuses the token embedding matrix.
         context: the most positions the model reads at once, cache included.
         norm_eps: the epsilon of every norm.
@@ -116,6 +120,7 @@ class GPTConfig:
     bias: bool = False
     softcap: float | None = None
     sinks: bool = False
+    gate: bool = False
     tie_embeddings: bool = True
     context: int = 256
     norm_eps: float = 1e-5
@@ -182,6 +187,7 @@ class GPTConfig:
         check_bool("qk_norm", self.qk_norm)
         check_bool("bias", self.bias)
         check_bool("sinks", self.sinks)
+        check_bool("gate", self.gate)
         check_bool("tie_embeddings", self.tie_embeddings)
 
     @property
@@ -198,7 +204,8 @@ def _norm(config: GPTConfig, size: int) -> nn.Module:
 
 
 class Attention(nn.Module):
-    """Causal self-attention: grouped key-value heads; QK-norm, RoPE, soft-capping, sinks if asked; a KV cache."""
+    """Causal self-attention: grouped key-value heads; QK-norm, RoPE, soft-capping, sinks, an output gate if
+    asked; a KV cache."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -230,6 +237,11 @@ class Attention(nn.Module):
         self.sinks = (
             nn.Parameter(torch.zeros(config.heads)) if config.sinks else None
         )  # (H,)
+        self.gate_proj = (
+            nn.Linear(config.width, config.heads * config.head_dim, bias=bias)
+            if config.gate
+            else None
+        )
 
     # --8<-- [start:attention]
     def forward(
@@ -265,6 +277,8 @@ class Attention(nn.Module):
             heads = softcapped_attention(
                 q, k, v, mask, self.softcap, self.sinks
             )  # (B, H, L, D)
+        if self.gate_proj is not None:  # each head's features, scaled by (0, 1)
+            heads = heads * torch.sigmoid(self._split_heads(self.gate_proj(x)))
         return self.out_proj(
             heads.transpose(1, 2).flatten(2)
         )  # (B, H, L, D) -> (B, L, E)
@@ -783,6 +797,7 @@ LLAMA_SHAPE = {
     "bias": False,
     "softcap": None,
     "sinks": False,
+    "gate": False,
 }
 # `GPTConfig`'s fields by `LlamaConfig`'s names (RoPE's base is in `rope_parameters`).
 LLAMA_CONFIG = {

@@ -75,6 +75,11 @@ CHANGES = (  # each rung's change, applied on top of every change before it
 )
 STEPS, BATCH, LR, SEEDS = 600, 8, 5e-3, (0, 1, 2)
 # --8<-- [end:ladder]
+# changes beside the ladder, each made on its own to the site's GPT (the rung
+# "no biases")
+BESIDE = (
+    ("output gate", {"gate": True}),  # Qiu et al. (2025), as in Qwen3-Next
+)
 OUT = Path(__file__).parent / "results" / "block-changes.json"
 
 
@@ -87,6 +92,14 @@ def ladder() -> list[tuple[str, GPTConfig]]:
     return rungs
 
 
+def beside() -> list[tuple[str, GPTConfig]]:
+    """Each change of `BESIDE` with its config: the site's GPT with that change."""
+    site = dict(ladder())["no biases"]
+    return [
+        (name, dataclasses.replace(site, **change)) for name, change in BESIDE
+    ]
+
+
 def parameter_count(config: GPTConfig) -> int:
     """The parameters of `GPT(config)`, a tied embedding counted once."""
     return sum(p.numel() for p in GPT(config).parameters())
@@ -96,13 +109,15 @@ def flops_per_token(config: GPTConfig) -> int:
     """Forward FLOPs per token of the matrix products of `GPT(config)` over a window of `context` tokens.
 
     Per block: the query and output projections (`E x E` each), the key and value projections (`E x Hkv D`
-    each), the MLP (two or, for SwiGLU, three `E x mlp_width` matrices) and attention's two products with
+    each), the output gate's `E x E` if any, the MLP (two or, for SwiGLU, three `E x mlp_width` matrices)
+    and attention's two products with
     all `context` keys (`H D` features each); then the output layer (`E x V`). 2 FLOPs per multiply-add.
     """
     e, kv = config.width, config.kv_heads * config.head_dim
     mlp_matrices = 3 if config.mlp == "swiglu" else 2
+    gate = e * e if config.gate else 0  # the output gate's map
     weights = (
-        2 * e * e + 2 * e * kv + mlp_matrices * e * config.mlp_width
+        2 * e * e + 2 * e * kv + mlp_matrices * e * config.mlp_width + gate
     )  # per block
     scores_and_sum = (
         2 * config.heads * config.head_dim * config.context
@@ -159,7 +174,7 @@ def run(
         "timing": "wall-clock seconds of each run (training and scoring), measured once",
         "rungs": [],
     }
-    changes = dict(CHANGES)
+    changes = dict(CHANGES) | dict(BESIDE)
     for name, config in rungs:
         report["rungs"].append(
             {
@@ -203,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rungs",
         nargs="+",
-        choices=[name for name, _ in CHANGES],
+        choices=[name for name, _ in CHANGES + BESIDE],
         help="default: every rung",
     )
     parser.add_argument(
@@ -216,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         save_snapshot(text, args.out.parent)
     rungs = [
         (name, config)
-        for name, config in ladder()
+        for name, config in ladder() + beside()
         if name in (args.rungs or dict(CHANGES))
     ]
     seeds = tuple(args.seeds)

@@ -21,11 +21,13 @@ An induction head counts as formed at the first checkpoint where some head's sco
 line fixed before the run (a head with uniform weights gives each key about 1/100 here).
 
 `python -m qkv_lab.long_run` runs it (`--steps`, `--every`, `--seeds`, `--text` a snapshot to train on,
-`--out`) and writes `qkv_lab.results.recorded("long-run")` after every checkpoint, so a stopped run keeps what
+`--gate` the model with a gate on each head's output, `--out`) and writes `qkv_lab.results.recorded("long-run")` after every checkpoint, so a stopped run keeps what
 it measured. The build and the tests never train it. The recorded run is
 
     python -m qkv_lab.long_run --steps 4000 --every 250 --seeds 0 1 2 \
         --text site-text-864a16b87c8d.txt.xz --out src/qkv_lab/results/long-run.json
+
+and `recorded("long-run-output-gate")` the same with `--gate` and that `--out`.
 """
 
 from __future__ import annotations
@@ -286,11 +288,17 @@ def main(argv: list[str] | None = None) -> int:
         "--text",
         help="a snapshot (qkv_lab.lab_text) or UTF-8 file; default: the site now",
     )
+    parser.add_argument(
+        "--gate",
+        action="store_true",
+        help="the site's GPT with a gate on each head's output (GPTConfig.gate)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     text = site_text() if args.text is None else read_text(args.text)
     save_snapshot(text, args.out.parent)
-    run(text, args.steps, args.every, tuple(args.seeds), args.out)
+    config = dataclasses.replace(SITE_CONFIG, gate=args.gate)
+    run(text, args.steps, args.every, tuple(args.seeds), args.out, config)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -10,7 +10,16 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from qkv.gpt import GPT, GPTConfig
 from qkv_lab import block_changes
-from qkv_lab.block_changes import CHANGES, START, flops_per_token, ladder, parameter_count, run
+from qkv_lab.block_changes import (
+    BESIDE,
+    CHANGES,
+    START,
+    beside,
+    flops_per_token,
+    ladder,
+    parameter_count,
+    run,
+)
 from qkv_lab.gpt_training import SITE_CONFIG
 from qkv_lab.results import recorded
 from qkv_lab.toys import one_thread
@@ -34,6 +43,14 @@ def test_the_rung_without_biases_is_the_site_gpt():
     assert dict(ladder())["no biases"] == SITE_CONFIG
 
 
+def test_each_change_beside_the_ladder_is_made_to_the_site_gpt_alone():
+    assert [name for name, _ in beside()] == [name for name, _ in BESIDE]
+    for (_, config), (_, change) in zip(beside(), BESIDE, strict=True):
+        assert config == dataclasses.replace(SITE_CONFIG, **change)
+    gated = dict(beside())["output gate"]
+    assert parameter_count(gated) - parameter_count(SITE_CONFIG) == 3 * 64 * 64  # E x E per block
+
+
 def test_parameter_count_of_the_first_rung_by_hand():
     e, v, c, f = 64, 256, 128, 256  # width, vocabulary, context, GELU width
     attention = 4 * (e * e + e)  # q, k, v, out with biases
@@ -44,7 +61,7 @@ def test_parameter_count_of_the_first_rung_by_hand():
 
 def test_flops_per_token_equal_torchs_flop_counter():
     """Soft-capped, the scores are plain matrix products that `FlopCounterMode` sees (a fused kernel's are not)."""
-    for _, config in ladder():
+    for _, config in ladder() + beside():
         computed = dataclasses.replace(
             config, context=16, softcap=1e6
         )  # a short window, to be quick
@@ -65,7 +82,7 @@ def test_the_sweep_reports_every_rung_and_seed(tmp_path):
     assert report["validation_bytes"] == 72  # the last tenth of 720 bytes
     assert report["cpu_threads"] == 1  # as train_gpt trains
     for (_, config), rung in zip(rungs, report["rungs"], strict=True):
-        assert rung["config"] == dataclasses.asdict(config)
+        assert GPTConfig(**rung["config"]) == config  # fields added since: defaults
         assert len(rung["bits_per_byte"]) == len(rung["seconds"]) == 2
         assert all(0 < bits < 9 for bits in rung["bits_per_byte"])  # 8 bits: uniform over bytes
     assert report["rungs"][1]["change"] == {"norm_position": "pre"}
@@ -82,7 +99,7 @@ def test_the_recorded_report_holds_every_rung_and_seed_of_the_current_ladder():
     assert len(report["rungs"]) == len(CHANGES)
     for (name, config), rung in zip(ladder(), report["rungs"], strict=True):
         assert rung["name"] == name
-        assert rung["config"] == dataclasses.asdict(config)
+        assert GPTConfig(**rung["config"]) == config  # fields added since: defaults
         assert rung["parameters"] == parameter_count(config)
         assert rung["flops_per_token"] == flops_per_token(config)
         assert len(rung["bits_per_byte"]) == len(block_changes.SEEDS)
@@ -112,7 +129,7 @@ def test_the_longer_recorded_ladder_holds_its_rungs_seeds_and_budget(name, names
     assert [rung["name"] for rung in report["rungs"]] == names
     for rung in report["rungs"]:
         config = rungs[rung["name"]]
-        assert rung["config"] == dataclasses.asdict(config)
+        assert GPTConfig(**rung["config"]) == config  # fields added since: defaults
         assert rung["parameters"] == parameter_count(config)
         assert rung["flops_per_token"] == flops_per_token(config)
         assert len(rung["bits_per_byte"]) == len(rung["seconds"]) == 3

@@ -1,6 +1,5 @@
 """qkv_lab.long_run: the probe's scores on hand-made maps, the watched run, and the recorded report."""
 
-import dataclasses
 import math
 
 import pytest
@@ -97,13 +96,24 @@ def test_the_watched_run_is_train_gpts_own_run():
         assert torch.tensor(checkpoints[-1][name]).shape == (layers, heads)
 
 
+@pytest.mark.parametrize("gate", [False, True])
+def test_the_command_trains_the_site_gpt_with_a_gate_when_asked(monkeypatch, tmp_path, gate):
+    trained = []
+    monkeypatch.setattr(long_run, "run", lambda *args: trained.append(args[5]))
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    argv = ["--text", str(text), "--out", str(tmp_path / "run.json")] + ["--gate"] * gate
+    assert long_run.main(argv) == 0
+    assert trained == [GPTConfig(**{**SITE_CONFIG.__dict__, "gate": gate})]
+
+
 @pytest.fixture(scope="module")
 def report():
     return recorded("long-run")
 
 
 def test_the_recorded_run_states_its_budget_and_settings(report):
-    assert report["config"] == dataclasses.asdict(SITE_CONFIG)
+    assert GPTConfig(**report["config"]) == SITE_CONFIG  # fields added since: defaults
     assert report["tokens_seen"] == report["steps"] * report["batch"] * report["context"]
     assert report["context"] == SITE_CONFIG.context
     assert report["cpu_threads"] == 1

@@ -125,7 +125,11 @@ def reference_logits(model: GPT, ids: torch.Tensor) -> torch.Tensor:
             weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
         else:
             weights = torch.softmax(scores, dim=-1)
-        out = (weights @ v[:, group]).transpose(1, 2).reshape(*ids.shape, heads * head_dim)
+        out = weights @ v[:, group]  # (B, H, L, D)
+        if config.gate:  # each head's features times sigmoid of a map of the sub-layer's input
+            gate = reference_linear(attn.gate_proj, h).view(*ids.shape, heads, head_dim)
+            out = out * torch.sigmoid(gate.transpose(1, 2))
+        out = out.transpose(1, 2).reshape(*ids.shape, heads * head_dim)
         x = x + reference_linear(attn.out_proj, out)
         x = x if pre else reference_norm(block.attn_norm, x)
         h = reference_norm(block.mlp_norm, x) if pre else x
@@ -206,6 +210,55 @@ def test_cached_decoding_with_sinks_gives_the_logits_of_one_pass(options):
         pieces = [model(ids[:, :6], cache)]  # prefill, then one token at a time
         pieces += [model(ids[:, t : t + 1], cache) for t in range(6, 10)]
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole, **EXACT)
+
+
+# the output gate with what it meets: GQA, biases, soft-capping and sinks, post-LN, another norm and MLP
+GATE_OPTIONS = [
+    {"kv_heads": 2},
+    {"kv_heads": 1, "bias": True, "softcap": 0.5, "sinks": True},
+    {"norm_position": "post", "norm": "layer", "mlp": "gelu", "positions": "learned"},
+]
+
+
+@pytest.mark.parametrize("options", GATE_OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
+def test_logits_with_an_output_gate_equal_the_reference(options):
+    model = random_model(tiny(**options, gate=True), std=0.5)
+    ids = random_ids(model.config, 2, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), reference_logits(model, ids), **EXACT)
+
+
+@pytest.mark.parametrize("options", GATE_OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
+def test_cached_decoding_with_an_output_gate_gives_the_logits_of_one_pass(options):
+    model = random_model(tiny(**options, gate=True), std=0.5)
+    ids = random_ids(model.config, 2, 10)
+    cache = model.new_cache()
+    with torch.no_grad():
+        whole = model(ids)
+        pieces = [model(ids[:, :6], cache)]  # prefill, then one token at a time
+        pieces += [model(ids[:, t : t + 1], cache) for t in range(6, 10)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), whole, **EXACT)
+
+
+def test_a_closed_gate_silences_attention_and_a_zero_gate_halves_it():
+    """sigmoid(-inf) = 0: the block's attention adds nothing; sigmoid(0) = 1/2: it adds half as much."""
+    gated = random_model(tiny(gate=True, bias=True, layers=1), std=0.5)
+    plain = GPT(tiny(bias=True, layers=1)).double().eval()
+    plain.load_state_dict(
+        {n: p for n, p in gated.state_dict().items() if "attn.gate_proj" not in n}
+    )
+    attn, x = gated.blocks[0].attn, torch.randn(2, 5, 16, dtype=torch.float64)
+    positions, mask = torch.arange(5), Mask(alignment="bottom_right")
+    with torch.no_grad():
+        attn.gate_proj.weight.zero_()
+        attn.gate_proj.bias.fill_(-1e4)  # closed
+        closed = attn(x, positions, mask)
+        attn.gate_proj.bias.zero_()  # half open
+        half = attn(x, positions, mask)
+        full = plain.blocks[0].attn(x, positions, mask)
+    out_bias = attn.out_proj.bias.expand_as(full)
+    torch.testing.assert_close(closed, out_bias, **EXACT)  # only out_proj's bias is left
+    torch.testing.assert_close(half - out_bias, (full - out_bias) / 2, **EXACT)
 
 
 def test_sinks_start_at_zero_learn_and_take_weight():
@@ -768,6 +821,7 @@ def test_greedy_generation_equals_transformers_generate(options):
         ({"bias": True}, "bias=True"),
         ({"softcap": 50.0}, "softcap=50.0"),
         ({"sinks": True}, "sinks=True"),
+        ({"gate": True}, "gate=True"),
     ],
 )
 def test_to_transformers_rejects_what_llama_lacks_by_name(options, option):
