@@ -1,9 +1,9 @@
 """Figures for the post "Sparse attention that learns where to look", drawn from the recorded run.
 
 `sparse-attention-mass`: per layer of the site's GPT, the share of its dense attention (averaged over the
-heads and the queries with more than k keys) that k keys per query hold, for each way of choosing them: the
-top-k by the dense attention itself (the ceiling), the distilled indexer's top-k, the last k keys and k
-random keys; one panel per k, the mean over seeds as a bar and each seed as a dot. Reads
+heads and the queries with more than K keys) that K keys per query hold, for each way of choosing them: the
+top-K by the dense attention itself (the ceiling), the distilled indexer's top-K, the last K keys and K
+random keys; one panel per K, the mean over seeds as a bar and each seed as a dot. Reads
 `qkv_lab.results.recorded("sparse-attention")`; nothing is trained at build time.
 """
 
@@ -15,15 +15,15 @@ from qkv_lab.results import recorded
 from qkv_lab.sparse_run import SCHEMES
 
 NAMES = {
-    "ceiling": "top-k by the attention",
-    "indexer": "indexer's top-k",
-    "window": "last k keys",
-    "random": "k random keys",
+    "ceiling": "top-K by the attention",
+    "indexer": "indexer's top-K",
+    "window": "last K keys",
+    "random": "K random keys",
 }
 
 
 def mass() -> Figure:
-    """Grouped bars: layers along x, one bar per scheme, one panel per k."""
+    """Grouped bars: layers along x, one bar per scheme, one panel per K."""
     report = recorded("sparse-attention")
     top_ks = report["settings"]["top_ks"]
     fig = Figure(figsize=(5.5, 3.8), layout="constrained")
@@ -40,7 +40,7 @@ def mass() -> Figure:
             for seed in per_seed:
                 ax.plot(xs, seed, "o", color="C7", markersize=2)
         ax.set_xticks(list(layers), [f"layer {layer}" for layer in layers])
-        ax.set_title(f"k = {top_k}")
+        ax.set_title(f"K = {top_k}")
         ax.set_ylim(0, 1)
         ax.grid(True, axis="y")
     axes[0].set_ylabel("share of the dense attention held")
