@@ -7,7 +7,8 @@ heads, and scores key `s` for query `l` as
     I[l, s] = sum_h w[l, h] * ReLU(scale * q_h[l] . k[s])
 
 with per-query head weights `w` computed from the token. Each query then attends only to the `top_k` keys of
-highest score (2,048 in DeepSeek-V3.2), so attention costs `O(L top_k)` instead of `O(L S)`.
+highest score (2,048 in DeepSeek-V3.2), so the main attention costs `O(L top_k)` instead of `O(L S)`. The
+indexer itself still scores every pair, `O(L S)`, only with a smaller constant (few heads, one key per token).
 
 - `indexer_scores`: the scores `I`, `-inf` where a mask forbids the pair.
 - `topk_indices`: each query's `top_k` keys, `-1` where fewer keys are allowed.
@@ -54,7 +55,9 @@ def indexer_scores(
             and folds in `H^-0.5` (transformers' `DeepseekV32Indexer` does the same).
         scale: multiplies `q_h . k` inside the ReLU; `1 / sqrt(D)` when None.
         mask: bool, broadcastable to `(B, L, S)`: True = the pair takes part (torch's convention for
-            `scaled_dot_product_attention`); a causal indexer passes `qkv.causal_mask(L, S)`.
+            `scaled_dot_product_attention`); a causal indexer whose queries are the last L of S positions
+            passes `qkv.causal_mask(L, S, alignment="bottom_right")` (the default top-left alignment is right
+            only when L = S).
 
     Returns:
         `(B, L, S)` scores, `-inf` where `mask` is False; computed and returned in float32 for half-precision

@@ -47,6 +47,7 @@ def test_the_record_holds_the_split_and_baselines_of_orders_one_to_three():
         "block-changes-2000-steps-post-ln",
         "block-changes-2000-steps-rmsnorm-swiglu",
         "block-changes-2000-steps-gqa-biases-qknorm",
+        "sparse-attention",
     ],
 )
 def test_a_recorded_runs_text_and_baselines_are_those_of_its_snapshot(name):

@@ -36,6 +36,7 @@ TOP_P = "small-gpt/top-p"
 PAGES = "serving/gather-pages"
 ONLINE = "flash-attention/online-softmax"
 LINEAR = "efficient-attention/linear-attention"
+INDEXER = "sparse-attention/indexer-scores"
 WINDOW = "long-context/streaming-window"
 PARTIALS = "attention-across-devices/merge-partials"
 
@@ -167,6 +168,15 @@ def stream(x, window, sinks, recent=None):
         return x
     recent = window - sinks if recent is None else recent
     return torch.cat([x[..., :sinks, :], x[..., T - recent :, :]], -2)
+
+
+def index(q, k, w, relu=torch.relu, scale=True, weighted=True, shift=None, fill=-math.inf):
+    """A lightning indexer's causal scores as a learner writes them: `shift` is the mask's diagonal."""
+    L, S, D = q.size(-2), k.size(-2), q.size(-1)
+    dots = torch.einsum("bhld,bsd->bhls", q, k) / (D**0.5 if scale else 1)
+    heads = relu(dots) * (w.permute(0, 2, 1)[..., None] if weighted else 1)  # (B, H, L, S)
+    future = torch.ones(L, S, dtype=torch.bool).triu(1 + (S - L if shift is None else shift))
+    return heads.sum(1).masked_fill(future, fill)
 
 
 def merged(oa, la, ob, lb):
@@ -521,6 +531,21 @@ MISTAKES = [
     (LINEAR, lambda q, k, v: linear(q * q.size(-1) ** -0.5, k, v), "no 1/sqrt(D)"),
     (LINEAR, quadratic_linear, None),
     (LINEAR, lambda q, k, v: linear(q, k, v, f=torch.exp), VAGUE),
+    # sparse-attention/indexer-scores
+    (INDEXER, lambda q, k, w: index(q, k, w, relu=lambda x: x), "ReLU is missing"),
+    (
+        INDEXER,
+        lambda q, k, w: torch.relu(index(q, k, w, relu=lambda x: x, fill=0.0)).masked_fill(
+            index(q, k, w).isinf(), -math.inf
+        ),
+        "not on the sum",
+    ),
+    (INDEXER, lambda q, k, w: index(q, k, w, scale=False), "not scaled"),
+    (INDEXER, lambda q, k, w: index(q, k, w, weighted=False), "weights are left out"),
+    (INDEXER, lambda q, k, w: index(q, k, w, shift=0), "bottom-right causal mask"),
+    (INDEXER, lambda q, k, w: index(q, k, w, fill=0.0), "not 0"),
+    (INDEXER, lambda q, k, w: torch.relu(q @ k[:, None].mT / q.size(-1) ** 0.5), None),
+    (INDEXER, lambda q, k, w: index(q, k, w.flip(-1)), None),
     # long-context/streaming-window
     (WINDOW, lambda x, window, sinks: x[..., -window:, :], "plain sliding window"),
     (

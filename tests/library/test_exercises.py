@@ -33,6 +33,7 @@ CATALOGUE = [
     "serving/gather-pages",
     "flash-attention/online-softmax",
     "efficient-attention/linear-attention",
+    "sparse-attention/indexer-scores",
     "long-context/streaming-window",
     "attention-across-devices/merge-partials",
 ]
@@ -138,6 +139,14 @@ def linear_attention(q, k, v):
     return phi_q @ state / (phi_q * phi_k.sum(-2, keepdim=True)).sum(-1, keepdim=True)
 
 
+def indexer_scores(q, k, weights):
+    L, S, D = q.size(-2), k.size(-2), q.size(-1)
+    per_head = torch.relu(q @ k[:, None].mT / D**0.5)  # (B, H, L, S)
+    scores = (weights.mT[..., None] * per_head).sum(1)  # (B, L, S)
+    future = torch.ones(L, S, dtype=torch.bool).triu(S - L + 1)
+    return scores.masked_fill(future, -torch.inf)
+
+
 def streaming_window(x, window, sinks):
     tokens = x.size(-2)
     if tokens <= window:
@@ -167,6 +176,7 @@ SOLUTIONS = {
     "serving/gather-pages": gather_pages,
     "flash-attention/online-softmax": online_softmax,
     "efficient-attention/linear-attention": linear_attention,
+    "sparse-attention/indexer-scores": indexer_scores,
     "long-context/streaming-window": streaming_window,
     "attention-across-devices/merge-partials": merge_partials,
 }
@@ -513,6 +523,18 @@ WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
         "elu(x) alone",
     ),
     ("efficient-attention/linear-attention", attention, "that is softmax attention"),
+    (
+        "sparse-attention/indexer-scores",
+        lambda q, k, weights: torch.relu(
+            torch.einsum("blh,bhls->bls", weights, q @ k[:, None].mT / q.size(-1) ** 0.5)
+        ).masked_fill(indexer_scores(q, k, weights).isinf(), -torch.inf),
+        "not on the sum",
+    ),
+    (
+        "sparse-attention/indexer-scores",
+        lambda q, k, weights: indexer_scores(q * q.size(-1) ** 0.5, k, weights),
+        "not scaled",
+    ),
     (
         "long-context/streaming-window",
         lambda x, window, sinks: x[..., -window:, :],

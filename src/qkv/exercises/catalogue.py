@@ -18,6 +18,7 @@ from qkv.exercises.layers import LAYER_NORM, MERGE_HEADS, ROPE, SPLIT_HEADS
 from qkv.exercises.long_context import STREAMING_WINDOW
 from qkv.exercises.sampling import TOP_P
 from qkv.exercises.serving import GATHER_PAGES
+from qkv.exercises.sparse_attention import INDEXER_SCORES
 
 EXERCISES: tuple[Exercise, ...] = (
     ATTENTION,
@@ -34,6 +35,7 @@ EXERCISES: tuple[Exercise, ...] = (
     GATHER_PAGES,
     ONLINE_SOFTMAX,
     LINEAR_ATTENTION,
+    INDEXER_SCORES,
     STREAMING_WINDOW,
     MERGE_PARTIALS,
 )
