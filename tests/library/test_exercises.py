@@ -33,6 +33,7 @@ CATALOGUE = [
     "serving/gather-pages",
     "flash-attention/online-softmax",
     "efficient-attention/linear-attention",
+    "recurrence/delta-step",
     "long-context/streaming-window",
     "attention-across-devices/merge-partials",
 ]
@@ -138,6 +139,13 @@ def linear_attention(q, k, v):
     return phi_q @ state / (phi_q * phi_k.sum(-2, keepdim=True)).sum(-1, keepdim=True)
 
 
+def delta_step(state, q, k, v, g, beta):
+    state = state * g.exp()[..., None, None]  # S' = exp(g) S
+    error = beta[..., None] * (v - torch.einsum("...k,...kv->...v", k, state))
+    state = state + torch.einsum("...k,...v->...kv", k, error)
+    return torch.einsum("...k,...kv->...v", q, state), state
+
+
 def streaming_window(x, window, sinks):
     tokens = x.size(-2)
     if tokens <= window:
@@ -167,6 +175,7 @@ SOLUTIONS = {
     "serving/gather-pages": gather_pages,
     "flash-attention/online-softmax": online_softmax,
     "efficient-attention/linear-attention": linear_attention,
+    "recurrence/delta-step": delta_step,
     "long-context/streaming-window": streaming_window,
     "attention-across-devices/merge-partials": merge_partials,
 }
@@ -258,6 +267,32 @@ def nucleus_wrong(probs, p, crossing=True, renormalise=True, unsort=True, descen
 
 def features(x):
     return F.elu(x) + 1
+
+
+def delta_wrong(
+    state,
+    q,
+    k,
+    v,
+    g,
+    beta,
+    write="error",
+    recall="after decay",
+    read="after",
+    decay="exp",
+    rate=True,
+):
+    old = state
+    if decay == "exp":
+        state = state * g.exp()[..., None, None]
+    elif decay == "g":
+        state = state * g[..., None, None]
+    held = old if recall == "before decay" else state
+    written = v - torch.einsum("...k,...kv->...v", k, held) if write == "error" else v
+    if rate:
+        written = beta[..., None] * written
+    new = state + torch.einsum("...k,...v->...kv", k, written)
+    return torch.einsum("...k,...kv->...v", q, new if read == "after" else state), new
 
 
 def layer_norm_with(x, weight, bias, eps, mean=None, var=None, dim=-1):
@@ -513,6 +548,16 @@ WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
         "elu(x) alone",
     ),
     ("efficient-attention/linear-attention", attention, "that is softmax attention"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, write="value"), "writes the value"),
+    (
+        "recurrence/delta-step",
+        lambda *args: delta_wrong(*args, recall="before decay"),
+        "before the decay",
+    ),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, read="before"), "before this token"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, decay="g"), "not by g"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, decay="none"), "not decayed"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, rate=False), "written whole"),
     (
         "long-context/streaming-window",
         lambda x, window, sinks: x[..., -window:, :],
