@@ -45,7 +45,7 @@ def decay_mask() -> Figure:
         gamma = g.cumsum(0)
         expected = (gamma[:, None] - gamma[None, :]).exp().tril()
         assert torch.allclose(weights, expected)  # the formula of the post
-        image = ax.imshow(weights, vmin=0, vmax=1)
+        image = ax.imshow(weights.numpy(), vmin=0, vmax=1)
         ax.set_title(title)
         ax.set_xlabel("key s")
     axes[0].set_ylabel("query t")
