@@ -36,6 +36,7 @@ TOP_P = "small-gpt/top-p"
 PAGES = "serving/gather-pages"
 ONLINE = "flash-attention/online-softmax"
 LINEAR = "efficient-attention/linear-attention"
+DELTA = "recurrence/delta-step"
 INDEXER = "sparse-attention/indexer-scores"
 WINDOW = "long-context/streaming-window"
 PARTIALS = "attention-across-devices/merge-partials"
@@ -160,6 +161,19 @@ def linear(q, k, v, f=phi, z_col=True):
     num = fq @ (fk.transpose(-2, -1) @ v)
     z = fk.sum(-2)
     return num / (fq @ z[..., None] if z_col else fq @ z)
+
+
+def delta(state, q, k, v, g, beta, kind="right"):
+    """One gated delta rule step as a learner writes it: (o, new state)."""
+    decay = {"g": g, "none": torch.ones_like(g)}.get(kind, g.exp())[..., None, None]
+    decayed = decay * state
+    recall = k.unsqueeze(-2) @ (state if kind == "stale recall" else decayed)  # (..., 1, Dv)
+    written = v if kind == "value" else v - recall.squeeze(-2)
+    if kind != "no beta":
+        written = written * beta[..., None]
+    new = decayed + k[..., :, None] * written[..., None, :]
+    read = decayed if kind == "early read" else new
+    return (q.unsqueeze(-2) @ read).squeeze(-2), new
 
 
 def stream(x, window, sinks, recent=None):
@@ -531,6 +545,15 @@ MISTAKES = [
     (LINEAR, lambda q, k, v: linear(q * q.size(-1) ** -0.5, k, v), "no 1/sqrt(D)"),
     (LINEAR, quadratic_linear, None),
     (LINEAR, lambda q, k, v: linear(q, k, v, f=torch.exp), VAGUE),
+    # recurrence/delta-step
+    (DELTA, lambda *args: delta(*args, kind="value"), "writes the value"),
+    (DELTA, lambda *args: delta(*args, kind="stale recall"), "before the decay"),
+    (DELTA, lambda *args: delta(*args, kind="early read"), "before this token's write"),
+    (DELTA, lambda *args: delta(*args, kind="g"), "not by g"),
+    (DELTA, lambda *args: delta(*args, kind="none"), "not decayed"),
+    (DELTA, lambda *args: delta(*args, kind="no beta"), "written whole"),
+    (DELTA, lambda *args: delta(*args)[0], None),
+    (DELTA, lambda *args: (delta(*args)[0], delta(*args)[1].mT), None),
     # sparse-attention/indexer-scores
     (INDEXER, lambda q, k, w: index(q, k, w, relu=lambda x: x), "ReLU is missing"),
     (

@@ -33,6 +33,7 @@ CATALOGUE = [
     "serving/gather-pages",
     "flash-attention/online-softmax",
     "efficient-attention/linear-attention",
+    "recurrence/delta-step",
     "sparse-attention/indexer-scores",
     "long-context/streaming-window",
     "attention-across-devices/merge-partials",
@@ -139,6 +140,13 @@ def linear_attention(q, k, v):
     return phi_q @ state / (phi_q * phi_k.sum(-2, keepdim=True)).sum(-1, keepdim=True)
 
 
+def delta_step(state, q, k, v, g, beta):
+    state = state * g.exp()[..., None, None]  # S' = exp(g) S
+    error = beta[..., None] * (v - torch.einsum("...k,...kv->...v", k, state))
+    state = state + torch.einsum("...k,...v->...kv", k, error)
+    return torch.einsum("...k,...kv->...v", q, state), state
+
+
 def indexer_scores(q, k, weights):
     L, S, D = q.size(-2), k.size(-2), q.size(-1)
     per_head = torch.relu(q @ k[:, None].mT / D**0.5)  # (B, H, L, S)
@@ -176,6 +184,7 @@ SOLUTIONS = {
     "serving/gather-pages": gather_pages,
     "flash-attention/online-softmax": online_softmax,
     "efficient-attention/linear-attention": linear_attention,
+    "recurrence/delta-step": delta_step,
     "sparse-attention/indexer-scores": indexer_scores,
     "long-context/streaming-window": streaming_window,
     "attention-across-devices/merge-partials": merge_partials,
@@ -268,6 +277,32 @@ def nucleus_wrong(probs, p, crossing=True, renormalise=True, unsort=True, descen
 
 def features(x):
     return F.elu(x) + 1
+
+
+def delta_wrong(
+    state,
+    q,
+    k,
+    v,
+    g,
+    beta,
+    write="error",
+    recall="after decay",
+    read="after",
+    decay="exp",
+    rate=True,
+):
+    old = state
+    if decay == "exp":
+        state = state * g.exp()[..., None, None]
+    elif decay == "g":
+        state = state * g[..., None, None]
+    held = old if recall == "before decay" else state
+    written = v - torch.einsum("...k,...kv->...v", k, held) if write == "error" else v
+    if rate:
+        written = beta[..., None] * written
+    new = state + torch.einsum("...k,...v->...kv", k, written)
+    return torch.einsum("...k,...kv->...v", q, new if read == "after" else state), new
 
 
 def layer_norm_with(x, weight, bias, eps, mean=None, var=None, dim=-1):
@@ -523,6 +558,16 @@ WRONG = [  # (exercise, wrong function, a phrase of the hint it must get)
         "elu(x) alone",
     ),
     ("efficient-attention/linear-attention", attention, "that is softmax attention"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, write="value"), "writes the value"),
+    (
+        "recurrence/delta-step",
+        lambda *args: delta_wrong(*args, recall="before decay"),
+        "before the decay",
+    ),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, read="before"), "before this token"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, decay="g"), "not by g"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, decay="none"), "not decayed"),
+    ("recurrence/delta-step", lambda *args: delta_wrong(*args, rate=False), "written whole"),
     (
         "sparse-attention/indexer-scores",
         lambda q, k, weights: torch.relu(

@@ -16,6 +16,7 @@ from qkv.exercises.formula import (
 )
 from qkv.exercises.layers import LAYER_NORM, MERGE_HEADS, ROPE, SPLIT_HEADS
 from qkv.exercises.long_context import STREAMING_WINDOW
+from qkv.exercises.recurrence import DELTA_STEP
 from qkv.exercises.sampling import TOP_P
 from qkv.exercises.serving import GATHER_PAGES
 from qkv.exercises.sparse_attention import INDEXER_SCORES
@@ -35,6 +36,7 @@ EXERCISES: tuple[Exercise, ...] = (
     GATHER_PAGES,
     ONLINE_SOFTMAX,
     LINEAR_ATTENTION,
+    DELTA_STEP,
     INDEXER_SCORES,
     STREAMING_WINDOW,
     MERGE_PARTIALS,
