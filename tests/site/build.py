@@ -16,6 +16,7 @@ import fcntl
 import functools
 import hashlib
 import http.server
+import importlib
 import importlib.metadata
 import importlib.util
 import os
@@ -38,12 +39,22 @@ COMPLETE = ".build-complete"  # written last: a folder without it is a build tha
 
 
 def load_hook(name: str) -> ModuleType:
-    """Import a build hook from docs/hooks/ by path, as mkdocs does (the folder is not a package)."""
+    """Import a MkDocs hook from docs/hooks/ by path, as mkdocs does (the folder is not a package)."""
+    load_step(name)  # what the hook imports, from docs/hooks on `sys.path`
     path = ROOT / "docs" / "hooks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"qkv_hook_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_step(name: str) -> ModuleType:
+    """Import a build step from docs/hooks/steps/ (`steps.<name>`), as the MkDocs hooks do: docs/hooks is
+    put on `sys.path`, as mkdocs puts a hook's folder while it loads the hook."""
+    folder = str(ROOT / "docs" / "hooks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(f"steps.{name}")
 
 
 def site_folder(site_url: str = LOCAL_URL) -> Path:
