@@ -245,10 +245,10 @@ def test_each_hook_is_an_adapter_over_its_step() -> None:
 def test_mkdocs_yml_takes_no_mkdocs_only_tag_and_links_the_math_stylesheet() -> None:
     text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert "!relative" not in text  # Zensical rejects it
-    cli = load_step("__main__")
-    settings = cli.config(ROOT)
+    staged_config = load_step("staged_config")
+    settings = staged_config.read_mkdocs_yml(ROOT / "mkdocs.yml")
     assert load_step("mathjax").STYLESHEET in settings["extra_css"]
-    assert cli.snippets_config(settings, ROOT)["base_path"] == [str(ROOT)]
+    assert staged_config.snippets_of(settings, ROOT)["base_path"] == [str(ROOT)]
 
 
 def test_snippet_paths_start_at_mkdocs_yml_whatever_the_working_folder(
@@ -271,3 +271,23 @@ def test_snippet_paths_start_at_mkdocs_yml_whatever_the_working_folder(
     load_hook("code_blocks").on_config(config)
     extensions = {"extensions": ["pymdownx.snippets"], "extension_configs": config.mdx_configs}
     assert python_markdown.markdown('--8<-- "part.txt"', **extensions) == "<p>included</p>"
+
+
+def test_the_staged_config_keeps_the_reading_order_without_hooks() -> None:
+    staged_config = load_step("staged_config")
+    settings = staged_config.read_mkdocs_yml(ROOT / "mkdocs.yml")
+    docs = ROOT / "docs"  # read only: the staged folder's home page and posts are docs/'s
+    config = staged_config.staged_config(settings, ROOT, docs, SITE)
+    order = load_step("reading_order").reading_order((docs / "index.md").read_text())
+    titles = [next(iter(item)) if isinstance(item, dict) else item for item in config["nav"]]
+    assert titles == ["Home", "Get started", "Articles", "Playground", "API reference", "Blog"]
+    assert config["nav"][2] == {"Articles": order}
+    assert config["nav"][3] == {"Playground": "notebooks/playground.md"}
+    assert "hooks" not in config
+    assert "mkdocs-jupyter" not in str(config["plugins"])
+    assert (config["docs_dir"], config["site_dir"], config["site_url"]) == ("docs", "site", SITE)
+    assert config["theme"]["custom_dir"] == "docs/overrides"
+    assert "base_path: ['.']" not in str(config["markdown_extensions"])
+    assert settings["nav"][2] == {
+        "Playground": "notebooks/playground.ipynb"
+    }  # mkdocs.yml's, unchanged

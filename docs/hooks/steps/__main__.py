@@ -4,8 +4,9 @@
     zensical build ...                      # docs_dir: the staged folder
     python docs/hooks/steps finish --staged build/zensical/docs --site build/zensical/site
 
-`prepare` writes the staged docs folder and, beside it, `prepared.json` (what `finish` needs). The site's
-address is `SITE_URL`, else mkdocs.yml's `site_url`; the snippets' settings are mkdocs.yml's, their
+`prepare` writes the staged docs folder and, beside it, `prepared.json` (what `finish` needs) and the
+configuration to build it with (`staged_config.py`): `zensical build -f build/zensical/mkdocs.yml`. The
+site's address is mkdocs.yml's `site_url` (`SITE_URL` if set); the snippets' settings are mkdocs.yml's, their
 `base_path` taken from the repository root.
 """
 
@@ -13,48 +14,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(
     0, str(ROOT / "docs" / "hooks")
 )  # `python docs/hooks/steps` puts only this folder there
 
-from steps.article_notebooks import rooted  # noqa: E402
 from steps.finish import finish  # noqa: E402
 from steps.prepare import Prepared, prepare  # noqa: E402
+from steps.staged_config import read_mkdocs_yml, snippets_of, staged_config, write  # noqa: E402
 
 ICON = Path(".icons", "material", "download.svg")
 THEMES = ("material", "zensical")  # packages that ship the theme's icons
-
-
-def config(root: Path) -> dict[str, Any]:
-    """mkdocs.yml, with `!ENV [NAME, default]` read from the environment."""
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def environment(loader: Loader, node: yaml.Node) -> Any:
-        *names, default = loader.construct_sequence(node)
-        return next((os.environ[name] for name in names if name in os.environ), default)
-
-    Loader.add_constructor("!ENV", environment)
-    return yaml.load((root / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
-
-
-def snippets_config(settings: dict[str, Any], root: Path) -> dict[str, Any]:
-    """pymdownx.snippets' settings in mkdocs.yml, each base path taken from `root`."""
-    for extension in settings["markdown_extensions"]:
-        if isinstance(extension, dict) and "pymdownx.snippets" in extension:
-            found = dict(extension["pymdownx.snippets"])
-            found["base_path"] = rooted(found.get("base_path", ["."]), root)
-            return found
-    raise ValueError("mkdocs.yml lists no pymdownx.snippets")
 
 
 def icon() -> str:
@@ -74,12 +47,13 @@ def main(arguments: list[str]) -> None:
     parser.add_argument("--site", type=Path, help="the built site (finish)")
     parser.add_argument("--no-notebooks", action="store_true", help="copy, not run, the notebooks")
     options = parser.parse_args(arguments)
-    settings = config(ROOT)
+    settings = read_mkdocs_yml(ROOT / "mkdocs.yml")
     record = options.staged.parent / "prepared.json"
     if options.step == "prepare":
-        site_url = os.environ.get("SITE_URL", settings["site_url"])
+        site_url = settings["site_url"]
         prepared = prepare(ROOT, options.staged, site_url, notebooks=not options.no_notebooks)
         record.write_text(prepared.to_json(), encoding="utf-8")
+        write(staged_config(settings, ROOT, options.staged, site_url), options.staged)
     else:
         if options.site is None:
             parser.error("finish needs --site")
@@ -88,7 +62,7 @@ def main(arguments: list[str]) -> None:
             ROOT / "docs",
             options.staged,
             Prepared.from_json(record.read_text(encoding="utf-8")),
-            snippets=snippets_config(settings, ROOT),
+            snippets=snippets_of(settings, ROOT),
             icon=icon(),
         )
 
