@@ -36,6 +36,8 @@ LOCAL_PORT = 8765
 LOCAL_URL = f"http://127.0.0.1:{LOCAL_PORT}/"
 BUILD_INPUTS = ("docs", "src", "mkdocs.yml", "pyproject.toml")
 COMPLETE = ".build-complete"  # written last: a folder without it is a build that did not finish
+# A site built another way (noxfile.py's zensical session), which the tests read instead of building one
+ZENSICAL_SITE = Path(os.environ["QKV_SITE"]).resolve() if os.environ.get("QKV_SITE") else None
 
 
 def load_hook(name: str) -> ModuleType:
@@ -91,6 +93,8 @@ def build_site(dest: Path | None = None, site_url: str = LOCAL_URL) -> Path:
     if dest is not None:
         _mkdocs_build(Path(dest), site_url)
         return Path(dest)
+    if ZENSICAL_SITE is not None:  # nox -s zensical: built by Zensical between the build steps
+        return ZENSICAL_SITE
     folder = site_folder(site_url)
     BUILD.mkdir(exist_ok=True)
     with (BUILD / ".lock").open("w") as lock:

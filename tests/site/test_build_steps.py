@@ -281,7 +281,11 @@ def test_the_staged_config_keeps_the_reading_order_without_hooks() -> None:
     order = load_step("reading_order").reading_order((docs / "index.md").read_text())
     titles = [next(iter(item)) if isinstance(item, dict) else item for item in config["nav"]]
     assert titles == ["Home", "Get started", "Articles", "Playground", "API reference", "Blog"]
-    assert config["nav"][2] == {"Articles": order}
+    addresses = [f"{SITE}blog/{Path(post).stem}/" for post in order]  # each post's slug is its name
+    assert [next(iter(item.values())) for item in config["nav"][2]["Articles"]] == addresses
+    assert config["nav"][2]["Articles"][0] == {
+        "Queries, keys and values": f"{SITE}blog/queries-keys-values/"
+    }
     assert config["nav"][3] == {"Playground": "notebooks/playground.md"}
     assert "hooks" not in config
     assert "mkdocs-jupyter" not in str(config["plugins"])

@@ -7,6 +7,7 @@ draws every figure), then reads the output. The hooks' own behaviour is tested o
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 
-from tests.site.build import LOCAL_URL, ROOT, build_site, load_step
+from tests.site.build import LOCAL_URL, ROOT, ZENSICAL_SITE, build_site, load_step
 
 DOCS = ROOT / "docs"
 
@@ -322,3 +323,43 @@ def test_every_figure_shows_in_both_schemes_with_a_caption(site: Path) -> None:
             assert re.search(r"<figcaption>\s*<p>\S", figure[0]), (page, name)
         shown += len(pairs)
     assert shown >= 20
+
+
+# --- what both generators must build alike (nox -s zensical reads Zensical's build: QKV_SITE) ----------------
+
+
+def _footer(page: str, direction: str) -> str | None:
+    """The title that a page's footer links as its previous or next page."""
+    found = re.search(rf'md-footer__link--{direction}" aria-label="[^:"]+: ([^"]+)"', page)
+    return html.unescape(found[1]) if found else None
+
+
+@pytest.mark.xfail(
+    ZENSICAL_SITE is not None,
+    reason="Zensical 0.0.73 gives the first article, a URL in the nav, no link back to Get started",
+    strict=True,
+)
+def test_previous_and_next_follow_the_reading_order(site: Path) -> None:
+    staged_config = load_step("staged_config")
+    order = load_step("reading_order").reading_order((DOCS / "index.md").read_text())
+    texts = [(DOCS / post).read_text(encoding="utf-8") for post in order]
+    titles = ["Get started"] + [staged_config.post_title(text, "") for text in texts]
+    for number, text in enumerate(texts, start=1):
+        slug = staged_config.post_slug(text, Path(order[number - 1]).name)
+        page = (site / "blog" / slug / "index.html").read_text(encoding="utf-8")
+        assert _footer(page, "prev") == titles[number - 1], slug
+        if number < len(texts):
+            assert _footer(page, "next") == titles[number + 1], slug
+
+
+@pytest.mark.xfail(
+    ZENSICAL_SITE is not None,
+    reason="Zensical 0.0.73 makes its search index during its build, before finish typesets the math",
+    strict=True,
+)
+def test_the_search_index_holds_no_raw_tex(site: Path) -> None:
+    index = site / "search" / "search_index.json"
+    text = (index if index.is_file() else site / "search.json").read_text(encoding="utf-8")
+    assert "Get started" in text
+    raw_tex = text.count("\\\\(")  # arithmatex's \( as JSON writes it: a formula not typeset
+    assert raw_tex == 0, f"{raw_tex} formulas as TeX in the search index"

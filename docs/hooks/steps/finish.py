@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from steps import mathjax
 from steps.absolute_urls import absolute_urls
 from steps.article_notebooks import (
@@ -44,10 +42,10 @@ from steps.figures import with_variants
 from steps.notebook_styles import without_unused_css
 from steps.notebooks import notebook_page
 from steps.prepare import NOTEBOOKS, Prepared
+from steps.staged_config import post_slug
 
 NOT_PAGES = ("simple/", "assets/")  # the package index's HTML files, and the theme's
 CONTENT = re.compile(r'<article class="md-content__inner md-typeset">')
-FRONT_MATTER = re.compile(r"\A---\n(?P<yaml>.*?)\n---\n", re.DOTALL)
 NOTEBOOK_BUTTON = (
     '<a href="{name}" download title="Download this notebook" class="md-content__button md-icon">'
     "{icon}</a>"
@@ -157,10 +155,7 @@ def _notebooks(docs: Path) -> list[Path]:
 
 
 def _slug(post: Path) -> str:
-    """A post's slug: its front matter's `slug`, else its file name (the site's posts all name theirs)."""
-    found = FRONT_MATTER.match(post.read_text(encoding="utf-8"))
-    meta = yaml.safe_load(found["yaml"]) if found else {}
-    return str((meta or {}).get("slug", post.stem))
+    return post_slug(post.read_text(encoding="utf-8"), post.name)
 
 
 def _addresses(staged: Path, site_url: str) -> dict[str, str]:

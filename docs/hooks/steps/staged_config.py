@@ -8,13 +8,16 @@ mkdocs.yml, read with its `!ENV` values, and changed where the MkDocs hooks and 
 - no `hooks` and no mkdocs-jupyter (the staged folder holds each notebook converted as a page,
   `notebooks/<name>.md`, which the navigation names instead);
 - the navigation has the articles in the home page's reading order (`reading_order.articles`) after
-  "Get started", as the reading order hook puts them, and the blog's section last.
+  "Get started", as the reading order hook puts them, and the blog's section last. Each is named by its
+  address (`blog/<slug>/`) under its title: Zensical 0.0.73 links a post named by its file to
+  `blog/posts/<name>.md`, which is no page.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,24 @@ from steps.article_notebooks import rooted
 from steps.reading_order import BLOG_SECTION, GET_STARTED, HOME, POSTS, SECTION_TITLE, articles
 
 LEFT_OUT_PLUGINS = {"mkdocs-jupyter"}  # prepare converts the notebooks
+FRONT_MATTER = re.compile(r"\A---\n(?P<yaml>.*?)\n---\n", re.DOTALL)
+HEADING = re.compile(r"^# (?P<title>.+?)\s*$", re.MULTILINE)
+
+
+def post_slug(markdown: str, name: str) -> str:
+    """A post's slug: its front matter's `slug`, else its file's `name` without `.md` (the blog's
+    `post_url_format: "{slug}"` puts it at `blog/<slug>/`)."""
+    found = FRONT_MATTER.match(markdown)
+    meta = (yaml.safe_load(found["yaml"]) if found else None) or {}
+    return str(meta.get("slug", name.removesuffix(".md")))
+
+
+def post_title(markdown: str, name: str) -> str:
+    """A post's title: its front matter's `title`, else its first `# ` heading, else its file's `name`."""
+    found = FRONT_MATTER.match(markdown)
+    meta = (yaml.safe_load(found["yaml"]) if found else None) or {}
+    heading = HEADING.search(markdown[found.end() if found else 0 :])
+    return str(meta.get("title") or (heading["title"] if heading else name))
 
 
 def read_mkdocs_yml(path: Path) -> dict[str, Any]:
@@ -89,11 +110,17 @@ def staged_config(
             extension["pymdownx.snippets"] = snippets_of(settings, root)
     posts = [path.relative_to(staged).as_posix() for path in sorted(staged.glob(f"{POSTS}*.md"))]
     order = articles((staged / HOME).read_text(encoding="utf-8"), posts)
-    config["nav"] = _nav(config["nav"], order)
+    config["nav"] = _nav(config["nav"], [_article(staged / post, site_url) for post in order])
     return config
 
 
-def _nav(nav: list[Any], order: list[str]) -> list[Any]:
+def _article(post: Path, site_url: str) -> dict[str, str]:
+    """A post in the navigation: its title and its address."""
+    markdown = post.read_text(encoding="utf-8")
+    return {post_title(markdown, post.name): f"{site_url}blog/{post_slug(markdown, post.name)}/"}
+
+
+def _nav(nav: list[Any], order: list[dict[str, str]]) -> list[Any]:
     """The navigation with the articles after Get started, the blog's section last, and each notebook as
     its converted page."""
     items = [_converted(item) for item in nav]
