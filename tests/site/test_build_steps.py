@@ -209,6 +209,19 @@ def test_finish_does_to_the_built_pages_what_the_hooks_do(
     assert (site / "assets" / "mathjax" / "woff-v2" / "MathJax_Math-Italic.woff").is_file()
 
 
+def test_finish_fails_on_a_tex_error_and_stops_the_typesetter(
+    prepared: tuple[Path, object], tmp_path: Path
+) -> None:
+    root, result = prepared
+    (tmp_path / "index.html").write_text('<span class="arithmatex">\\(\\frac{a}{\\)</span>')
+    with pytest.raises(ValueError, match=r"index.html: TeX error in '\\\\frac\{a\}\{'"):
+        load_step("finish").finish(
+            tmp_path, root / "docs", root / "staged", result, snippets={}, icon="<svg></svg>"
+        )
+    assert not load_step("mathjax").running()
+    assert not (tmp_path / "assets").exists()
+
+
 # --- the MkDocs hooks: adapters over the steps -----------------------------------------------------------------
 
 

@@ -95,9 +95,10 @@ def finish(
                 html = _article_page(html, posts[path], page.parent, urls, prepared, snippets, icon)
             base = site_url + (path.removesuffix("index.html") if path != "404.html" else "")
             page.write_text(absolute_urls(html, base), encoding="utf-8")
-    finally:
-        if mathjax.running():
-            mathjax.write_assets(site)
+    except BaseException:
+        mathjax.stop()
+        raise
+    mathjax.write_assets(site)
     for feed in site.glob(FEEDS):
         feed.write_text(without_empty_image(feed.read_text(encoding="utf-8")), encoding="utf-8")
 
