@@ -1,28 +1,11 @@
-"""MkDocs hook: no `None` in the RSS feeds.
-
-mkdocs-rss-plugin (1.19) writes an `<image>` element whenever the feed has a logo attribute, and that
-attribute always exists: without the plugin's `image` option (RSS wants a GIF, JPEG or PNG; the site's logo is
-an SVG) the feeds carry `<image><url>None</url>...</image>`. This hook removes that element from the feeds
-once they are written.
-"""
+"""MkDocs hook over `steps/feeds.py`: no `None` in the RSS feeds that mkdocs-rss-plugin writes."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
-
-FEEDS = "feed_rss_*.xml"  # the plugin's two feeds, by creation and by update date
-EMPTY_IMAGE = re.compile(r"<image>\s*<url>None</url>.*?</image>", re.DOTALL)
-
-
-def without_empty_image(feed: str) -> str:
-    """An RSS feed's XML without the `<image>` element whose URL is `None`."""
-    return EMPTY_IMAGE.sub("", feed)
-
-
-# --- the MkDocs hook ------------------------------------------------------------------------------------------
+from steps.feeds import FEEDS, without_empty_image
 
 
 def on_post_build(config: MkDocsConfig) -> None:

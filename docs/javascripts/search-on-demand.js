@@ -3,7 +3,8 @@
    the main thread, though few visits search. This holds that one request back until the reader opens
    search, or arrives from a search result (`?h=`: Material highlights the words searched for). Loaded before
    Material's bundle (docs/overrides/main.html): the bundle asks for the index through XMLHttpRequest as it
-   starts. tests/browser/test_interactions.py checks both halves: no index at load, results once opened. */
+   starts. Zensical's bundle asks the same way for its own index, `search.json` at the site's root: either
+   is held. tests/browser/test_interactions.py checks both halves: no index at load, results once opened. */
 (() => {
   const wanted = new Promise((release) => {
     if (new URLSearchParams(location.search).has("h")) release();
@@ -12,8 +13,9 @@
   });
   const held = new WeakSet();
   const { open, send } = XMLHttpRequest.prototype;
+  const INDEXES = ["/search/search_index.json", "/search.json"]; // Material's, Zensical's
   XMLHttpRequest.prototype.open = function (method, url, ...rest) {
-    if (String(url).endsWith("/search/search_index.json")) held.add(this);
+    if (INDEXES.some((index) => String(url).endsWith(index))) held.add(this);
     return open.call(this, method, url, ...rest);
   };
   XMLHttpRequest.prototype.send = function (...body) {

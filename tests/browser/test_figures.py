@@ -1,6 +1,6 @@
 """The figures as a reader on a 390 px phone sees them, in the light and the dark scheme.
 
-Each figure of a post is two images (docs/hooks/figures.py): the one of the reader's scheme shows, the other is
+Each figure of a post is two images (docs/hooks/steps/figures.py): the one of the reader's scheme shows, the other is
 hidden and never fetched; the one shown loads, fits the column, and keeps the box its width and height
 attributes reserved (no layout shift).
 """

@@ -112,7 +112,7 @@ def test_no_request_leaves_the_site(site: Site, visits: list[Visit]) -> None:
 
 def test_material_changes_no_url_as_a_page_loads(visits: list[Visit]) -> None:
     """Material's instant navigation makes each relative link and asset URL absolute as it starts, which has
-    the browser restyle the page; the build writes them absolute already (docs/hooks/absolute_urls.py)."""
+    the browser restyle the page; the build writes them absolute already (docs/hooks/steps/absolute_urls.py)."""
     problems = {record.path: record.url_changes[:3] for record in visits}
     assert not any(problems.values()), _report(problems)
     assert all(isinstance(record.url_changes, list) for record in visits)  # the recorder ran
@@ -184,7 +184,7 @@ def test_no_line_of_a_titled_code_block_wraps_at_desktop_width(visits: list[Visi
 
 def test_wrapped_code_rows_hang_under_their_line_on_a_phone(visits: list[Visit]) -> None:
     """On a phone a long line of code wraps, and its wrapped rows start right of the line's own indentation
-    (docs/hooks/code_blocks.py and extra.css), never where a less indented line would."""
+    (docs/hooks/steps/code_blocks.py and extra.css), never where a less indented line would."""
     problems = {
         record.path: [line["text"] for line in record.phone_wrapped if not line["hangs"]]
         for record in visits

@@ -35,9 +35,9 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.browser.conftest import Site, posts
-from tests.site.build import ROOT, load_hook
+from tests.site.build import ROOT, load_step
 
-CONTINUES = "Continues the block above"  # docs/hooks/code_blocks.py
+CONTINUES = "Continues the block above"  # docs/hooks/steps/code_blocks.py
 OUTPUT = "Output"
 TORCH = "torch==2.13.0"
 EXTRAS = "qkv[kernel,plots]"  # the Get started command that installs every page's needs
@@ -70,7 +70,7 @@ class Block:
 
 def _reading_order() -> list[str]:
     """The articles' paths on the site, in the reading order (the hook that builds the navigation)."""
-    order = load_hook("reading_order").reading_order(
+    order = load_step("reading_order").reading_order(
         (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     )
     return [f"blog/{Path(source).stem}/" for source in order]  # post_url_format: "{slug}"

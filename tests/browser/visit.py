@@ -221,7 +221,7 @@ OVERFLOW = """async () => {
 
 # Every change of a link's or an asset's URL on the page, from before its first script runs: Material's instant
 # navigation rewrites each relative one at start-up, unless the build has written them absolute
-# (docs/hooks/absolute_urls.py). Rewrites that leave the value as it was (a `data:` URL set to itself) are not
+# (docs/hooks/steps/absolute_urls.py). Rewrites that leave the value as it was (a `data:` URL set to itself) are not
 # changes.
 RECORD_URL_CHANGES = """
 window.__urlChanges = [];

@@ -16,6 +16,7 @@ import fcntl
 import functools
 import hashlib
 import http.server
+import importlib
 import importlib.metadata
 import importlib.util
 import os
@@ -35,15 +36,27 @@ LOCAL_PORT = 8765
 LOCAL_URL = f"http://127.0.0.1:{LOCAL_PORT}/"
 BUILD_INPUTS = ("docs", "src", "mkdocs.yml", "pyproject.toml")
 COMPLETE = ".build-complete"  # written last: a folder without it is a build that did not finish
+# A site built another way (noxfile.py's zensical session), which the tests read instead of building one
+ZENSICAL_SITE = Path(os.environ["QKV_SITE"]).resolve() if os.environ.get("QKV_SITE") else None
 
 
 def load_hook(name: str) -> ModuleType:
-    """Import a build hook from docs/hooks/ by path, as mkdocs does (the folder is not a package)."""
+    """Import a MkDocs hook from docs/hooks/ by path, as mkdocs does (the folder is not a package)."""
+    load_step(name)  # what the hook imports, from docs/hooks on `sys.path`
     path = ROOT / "docs" / "hooks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"qkv_hook_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_step(name: str) -> ModuleType:
+    """Import a build step from docs/hooks/steps/ (`steps.<name>`), as the MkDocs hooks do: docs/hooks is
+    put on `sys.path`, as mkdocs puts a hook's folder while it loads the hook."""
+    folder = str(ROOT / "docs" / "hooks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(f"steps.{name}")
 
 
 def site_folder(site_url: str = LOCAL_URL) -> Path:
@@ -80,6 +93,8 @@ def build_site(dest: Path | None = None, site_url: str = LOCAL_URL) -> Path:
     if dest is not None:
         _mkdocs_build(Path(dest), site_url)
         return Path(dest)
+    if ZENSICAL_SITE is not None:  # nox -s zensical: built by Zensical between the build steps
+        return ZENSICAL_SITE
     folder = site_folder(site_url)
     BUILD.mkdir(exist_ok=True)
     with (BUILD / ".lock").open("w") as lock:

@@ -1,4 +1,4 @@
-"""docs/hooks/absolute_urls.py on small pages, without a build. (That the built pages leave Material no URL to
+"""docs/hooks/steps/absolute_urls.py on small pages, without a build. (That the built pages leave Material no URL to
 rewrite is checked in Chromium: tests/browser/test_pages.py.)"""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.site.build import load_hook
+from tests.site.build import load_hook, load_step
 
-hook = load_hook("absolute_urls")
+step, hook = load_step("absolute_urls"), load_hook("absolute_urls")
 SITE = "https://qkv.example.org/"
 CONFIG = SimpleNamespace(site_url=SITE)
 ARTICLE = SimpleNamespace(url="blog/masking/")
 
 
 def _page(html: str) -> str:
-    return hook.absolute_urls(html, f"{SITE}blog/masking/")
+    return step.absolute_urls(html, f"{SITE}blog/masking/")
 
 
 @pytest.mark.parametrize(

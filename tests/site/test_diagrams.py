@@ -14,7 +14,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation, Text
 
 import qkv
-from tests.site.build import ROOT, load_hook
+from tests.site.build import ROOT, load_step
 
 DIAGRAMS = {
     "queries-keys-values": "qkv-attention-flow",
@@ -32,7 +32,7 @@ SCHEME = {
 
 
 def _script(slug: str) -> ModuleType:
-    return load_hook("figures")._load_script(ROOT / "docs" / "figures" / f"{slug}.py")
+    return load_step("figures")._load_script(ROOT / "docs" / "figures" / f"{slug}.py")
 
 
 def _draw(slug: str) -> Figure:

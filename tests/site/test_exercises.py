@@ -34,7 +34,7 @@ import pytest
 from mkdocs.config import load_config
 
 from qkv.exercises import names
-from tests.site.build import load_hook
+from tests.site.build import load_step
 from tests.site.markdown import Fence, parse_fences
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ ANSWER, SOLUTION = ("question", "Answer"), ("success", "A solution")
 HEADING = re.compile(r"^(#{2,3}) +(.+?) *$", re.MULTILINE)
 PRACTISES = re.compile(r"^\*Practises: (?P<section>.+?)\.\*", re.MULTILINE)
 
-hook = load_hook("article_notebooks")
+hook = load_step("article_notebooks")
 
 
 # --- reading an article's exercises -------------------------------------------------------------------------

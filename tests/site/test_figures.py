@@ -1,4 +1,4 @@
-"""The figures' style and contract (docs/figures/_style.py, docs/hooks/figures.py), without a build.
+"""The figures' style and contract (docs/figures/_style.py, docs/hooks/steps/figures.py), without a build.
 
 The built site's figures are checked by tests/site/test_site_build.py: the build fails on any figure that breaks the
 contract, because the hook checks each one as it draws it.
@@ -14,9 +14,9 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from tests.site.build import ROOT, load_hook
+from tests.site.build import ROOT, load_step
 
-figures = load_hook("figures")
+figures = load_step("figures")
 style = figures.style
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -9,16 +9,20 @@ request nothing from another host).
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
-from tests.site.build import LOCAL_URL, build_site
+from tests.site.build import LOCAL_URL, ZENSICAL_SITE, build_site
 
 URL_ATTRIBUTES = {"href", "src"}
 NOT_FOLLOWED = ("mailto:", "javascript:", "data:", "tel:")
+# A post's excerpt, shown on the blog's index, archive, category and author views, links another post by
+# its file (`small-gpt.md`): Zensical 0.0.73 resolves that to `blog/posts/<name>/`, which is no page.
+EXCERPT_LINK_GAP = re.compile(r"^/blog/\S*index\.html: \S+/blog/posts/[a-z0-9-]+/ \(no file ")
 
 
 class Page(HTMLParser):
@@ -93,7 +97,18 @@ def site() -> Path:
 
 def test_every_internal_link_anchor_and_asset_resolves(site: Path) -> None:
     broken = broken_links(site)
+    if ZENSICAL_SITE is not None:  # the gap that the next test names
+        broken = [link for link in broken if not EXCERPT_LINK_GAP.match(link)]
     assert not broken, f"{len(broken)} broken:\n" + "\n".join(broken[:50])
+
+
+@pytest.mark.xfail(
+    ZENSICAL_SITE is not None,
+    reason="Zensical 0.0.73 links a post's excerpt to blog/posts/<name>/ on the blog's index views",
+    strict=True,
+)
+def test_the_blogs_index_views_link_excerpts_to_the_posts(site: Path) -> None:
+    assert not [link for link in broken_links(site) if EXCERPT_LINK_GAP.match(link)]
 
 
 def test_the_check_finds_a_missing_page_anchor_and_asset(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""docs/hooks/mathjax.py on small inputs, with its Node process and without a build."""
+"""docs/hooks/steps/mathjax.py on small inputs, with its Node process and without a build."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from types import ModuleType
 import pytest
 from fontTools.ttLib import TTFont
 
-from tests.site.build import load_hook
+from tests.site.build import load_step
 
 
 @pytest.fixture(scope="module")
 def mathjax() -> Iterator[ModuleType]:
-    """The hook's module with its Node process started (installing MathJax first if it is missing)."""
-    module = load_hook("mathjax")
+    """The step's module with its Node process started (installing MathJax first if it is missing)."""
+    module = load_step("mathjax")
     module.start()
     yield module
     module.stop()

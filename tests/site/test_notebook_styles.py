@@ -1,4 +1,4 @@
-"""Notebook pages keep only the CSS rules that can match them (docs/hooks/notebook_styles.py)."""
+"""Notebook pages keep only the CSS rules that can match them (docs/hooks/steps/notebook_styles.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.site.build import build_site, load_hook
+from tests.site.build import build_site, load_hook, load_step
 
-notebook_styles = load_hook("notebook_styles")
+notebook_styles = load_step("notebook_styles")
 NOTEBOOK = SimpleNamespace(file=SimpleNamespace(src_uri="notebooks/x.ipynb"))
 ARTICLE = SimpleNamespace(file=SimpleNamespace(src_uri="blog/posts/x.md"))
 STYLE = """
@@ -37,8 +37,8 @@ def test_rules_that_need_a_class_the_page_lacks_are_dropped() -> None:
 
 def test_only_notebook_pages_are_pruned() -> None:
     html = f'<style>{STYLE}</style><p class="x">y</p>'
-    assert notebook_styles.on_page_content(html, ARTICLE, None, None) == html
-    assert notebook_styles.on_page_content(html, NOTEBOOK, None, None) != html
+    assert load_hook("notebook_styles").on_page_content(html, ARTICLE, None, None) == html
+    assert load_hook("notebook_styles").on_page_content(html, NOTEBOOK, None, None) != html
 
 
 def test_the_playground_page_ships_a_tenth_of_jupyterlabs_css() -> None:

@@ -1,6 +1,6 @@
 """The notebook each article offers for download holds the article's code, in the article's order.
 
-The notebooks are made by `docs/hooks/article_notebooks.py` from the posts' Markdown, here without building
+The notebooks are made by `docs/hooks/steps/article_notebooks.py` from the posts' Markdown, here without building
 the site. Running them is the reader test's job (tests/browser/test_reader.py): it executes the notebooks the
 built site serves, in a fresh environment that installed qkv from the site.
 """
@@ -15,14 +15,14 @@ from mkdocs.config import load_config
 from pymdownx.snippets import SnippetMissingError
 from pytest_codeblocks.main import extract_from_file
 
-from tests.site.build import load_hook
+from tests.site.build import load_step
 from tests.site.markdown import parse_fences
 
 ROOT = Path(__file__).resolve().parents[2]
 POSTS = sorted((ROOT / "docs" / "blog" / "posts").glob("*.md"))
 
 
-hook = load_hook("article_notebooks")
+hook = load_step("article_notebooks")
 article_notebook, FOLD = hook.article_notebook, hook.FOLD
 
 
@@ -225,7 +225,7 @@ def test_first_code_cell_installs_qkv_from_the_site_with_the_posts_extras(
 
 
 def test_a_relative_link_becomes_the_address_of_its_file() -> None:
-    site_link = load_hook("article_notebooks").site_link
+    site_link = load_step("article_notebooks").site_link
     urls = {
         "blog/posts/masking.md": "https://x/blog/masking/",
         "figures/a.svg": "https://x/figures/a.svg",
@@ -242,7 +242,7 @@ def test_a_relative_link_becomes_the_address_of_its_file() -> None:
 def test_the_notebook_file_keeps_its_characters_and_sorts_its_keys(
     tmp_snippets: dict[str, object],
 ) -> None:
-    notebook_json = load_hook("article_notebooks").notebook_json
+    notebook_json = load_step("article_notebooks").notebook_json
     text = notebook_json(
         article_notebook(POST.replace("# Example", "# √d_k"), snippets=tmp_snippets)
     )
@@ -253,7 +253,7 @@ def test_the_notebook_file_keeps_its_characters_and_sorts_its_keys(
 
 
 def test_the_download_button_comes_first_and_names_the_notebook() -> None:
-    with_download_button = load_hook("article_notebooks").with_download_button
+    with_download_button = load_step("article_notebooks").with_download_button
     page = with_download_button("<h1>Masking</h1>", "masking.ipynb", "<svg></svg>")
     assert page.startswith('<a href="masking.ipynb" download class="md-content__button md-icon" ')
     assert page.endswith("><svg></svg></a><h1>Masking</h1>")

@@ -1,4 +1,4 @@
-"""docs/hooks/package_index.py on a small project, without a build."""
+"""docs/hooks/steps/package_index.py on a small project, without a build."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import hashlib
 import re
 from pathlib import Path
 
-from tests.site.build import load_hook
+from tests.site.build import load_step
 
-package_index = load_hook("package_index")
+package_index = load_step("package_index")
 SITE = "https://qkv.example.org/"
 PYPROJECT = """\
 [build-system]

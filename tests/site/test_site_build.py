@@ -7,6 +7,7 @@ draws every figure), then reads the output. The hooks' own behaviour is tested o
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 
-from tests.site.build import LOCAL_URL, ROOT, build_site, load_hook
+from tests.site.build import LOCAL_URL, ROOT, ZENSICAL_SITE, build_site, load_step
 
 DOCS = ROOT / "docs"
 
@@ -44,7 +45,7 @@ def test_math_is_typeset_when_the_site_is_built(site: Path) -> None:
     fonts = set(re.findall(r"url\(\"?woff-v2/([^)\"]+)", stylesheet))
     assert "MathJax_Main-Regular.woff" in fonts
     assert all((site / "assets" / "mathjax" / "woff-v2" / font).is_file() for font in fonts)
-    shipped = load_hook("mathjax").FONTS / "MathJax_Main-Regular.woff"
+    shipped = load_step("mathjax").FONTS / "MathJax_Main-Regular.woff"
     cut = site / "assets" / "mathjax" / "woff-v2" / shipped.name
     assert cut.stat().st_size < shipped.stat().st_size  # only the glyphs the site's formulas draw
     assert not list(site.rglob("tex-mml-chtml.js"))
@@ -58,7 +59,7 @@ def test_pages_carry_no_runs_of_whitespace_between_tags(site: Path) -> None:
 
 
 def test_every_figure_is_drawn_into_the_site(site: Path) -> None:
-    figures = load_hook("figures")
+    figures = load_step("figures")
     names = [name for script in figures.scripts(DOCS) for name in figures._figures_of(script)]
     assert names, "no figure scripts under docs/figures/"
     for name in names:
@@ -141,7 +142,7 @@ def test_figure_hook_adds_each_figure_as_svg(tmp_path: Path) -> None:
 
 
 def test_figure_svg_is_deterministic() -> None:
-    figures = load_hook("figures")
+    figures = load_step("figures")
 
     def draw() -> Figure:
         fig = Figure(figsize=(2, 2))
@@ -164,11 +165,11 @@ def test_figure_svg_is_deterministic() -> None:
 def test_a_failing_figure_script_is_named(tmp_path: Path, body: str, message: str) -> None:
     _write_script(tmp_path, body)
     with pytest.raises(ValueError, match=message):
-        load_hook("figures").draw_figures(tmp_path)
+        load_step("figures").draw_figures(tmp_path)
 
 
 def test_a_figure_is_drawn_once_and_never_committed(tmp_path: Path) -> None:
-    draw_figures = load_hook("figures").draw_figures
+    draw_figures = load_step("figures").draw_figures
     _write_script(tmp_path, DRAW + 'FIGURES = {"a-line": line}\n')
     svgs, sizes = draw_figures(tmp_path)
     assert list(svgs) == ["figures/a-line.svg", "figures/a-line-dark.svg"]
@@ -190,7 +191,7 @@ def test_a_failing_figure_script_fails_the_build(tmp_path: Path) -> None:
 
 
 def test_notebook_page_loses_the_cdn_loaders() -> None:
-    notebook_page = load_hook("notebooks").notebook_page
+    notebook_page = load_step("notebooks").notebook_page
     html = (
         '<p>x</p><!-- Load mathjax --><script src="https://cdnjs.cloudflare.com/x.js"> </script>'
         '<script type="text/x-mathjax-config">init()</script><!-- End of mathjax configuration -->'
@@ -201,7 +202,7 @@ def test_notebook_page_loses_the_cdn_loaders() -> None:
 
 
 def test_notebook_images_take_their_cells_alt_text() -> None:
-    notebook_page = load_hook("notebooks").notebook_page
+    notebook_page = load_step("notebooks").notebook_page
     no_alt = 'alt="No description has been provided for this image"'
     html = f'<div id="cell-id=a"><img {no_alt}></div><div id="cell-id=b"><p>b</p></div>'
     cells = [{"id": "a", "metadata": {"alt": "A <line>"}}, {"id": "b", "metadata": {}}]
@@ -213,7 +214,7 @@ def test_notebook_images_take_their_cells_alt_text() -> None:
 
 
 def test_rss_feeds_lose_the_image_without_url() -> None:
-    without_empty_image = load_hook("feeds").without_empty_image
+    without_empty_image = load_step("feeds").without_empty_image
     feed = "<channel><title>QKV</title><image>\n<url>None</url><title>QKV</title></image><item/></channel>"
     assert without_empty_image(feed) == "<channel><title>QKV</title><item/></channel>"
     logo = "<channel><image><url>https://x/logo.png</url></image></channel>"
@@ -221,7 +222,7 @@ def test_rss_feeds_lose_the_image_without_url() -> None:
 
 
 def test_reading_order_is_the_home_pages_numbered_list() -> None:
-    reading_order = load_hook("reading_order").reading_order
+    reading_order = load_step("reading_order").reading_order
     home = "# Home\n\n## Reading order\n\n1. [B](blog/posts/b.md): b.\n2. [A](blog/posts/a.md)\n\n## Next\n"
     assert reading_order(home) == ["blog/posts/b.md", "blog/posts/a.md"]
     with pytest.raises(ValueError, match="twice"):
@@ -231,13 +232,13 @@ def test_reading_order_is_the_home_pages_numbered_list() -> None:
 
 
 def test_home_page_orders_every_article() -> None:
-    order = load_hook("reading_order").reading_order((DOCS / "index.md").read_text())
+    order = load_step("reading_order").reading_order((DOCS / "index.md").read_text())
     posts = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "blog/posts").glob("*.md"))
     assert sorted(order) == posts
 
 
 def test_articles_are_every_post_in_reading_order() -> None:
-    articles = load_hook("reading_order").articles
+    articles = load_step("reading_order").articles
     home = "## Reading order\n\n1. [B](blog/posts/b.md)\n2. [A](blog/posts/a.md)\n"
     assert articles(home, {"blog/posts/a.md", "blog/posts/b.md"}) == [
         "blog/posts/b.md",
@@ -250,7 +251,7 @@ def test_articles_are_every_post_in_reading_order() -> None:
 
 
 def test_marked_blocks_get_a_visible_title() -> None:
-    titled = load_hook("code_blocks").titled
+    titled = load_step("code_blocks").titled
     page = (
         "<!--pytest-codeblocks:cont-->\n```python\nprint(x)\n```\n\n"
         "  <!--pytest-codeblocks:expected-output-->\n  ```text\n  1\n  ```\n\n```python\ny = 2\n```\n"
@@ -262,7 +263,7 @@ def test_marked_blocks_get_a_visible_title() -> None:
 
 def test_an_article_says_under_its_title_what_checked_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764000000")
-    noted = load_hook("code_blocks").with_checked_note(
+    noted = load_step("code_blocks").with_checked_note(
         "---\nslug: x\n---\n# Title\n\nText.\n# Not a title\n", "1.2.3"
     )
     head, note, rest = noted.split("\n\n", 2)
@@ -322,3 +323,43 @@ def test_every_figure_shows_in_both_schemes_with_a_caption(site: Path) -> None:
             assert re.search(r"<figcaption>\s*<p>\S", figure[0]), (page, name)
         shown += len(pairs)
     assert shown >= 20
+
+
+# --- what both generators must build alike (nox -s zensical reads Zensical's build: QKV_SITE) ----------------
+
+
+def _footer(page: str, direction: str) -> str | None:
+    """The title that a page's footer links as its previous or next page."""
+    found = re.search(rf'md-footer__link--{direction}" aria-label="[^:"]+: ([^"]+)"', page)
+    return html.unescape(found[1]) if found else None
+
+
+@pytest.mark.xfail(
+    ZENSICAL_SITE is not None,
+    reason="Zensical 0.0.73 gives the first article, a URL in the nav, no link back to Get started",
+    strict=True,
+)
+def test_previous_and_next_follow_the_reading_order(site: Path) -> None:
+    staged_config = load_step("staged_config")
+    order = load_step("reading_order").reading_order((DOCS / "index.md").read_text())
+    texts = [(DOCS / post).read_text(encoding="utf-8") for post in order]
+    titles = ["Get started"] + [staged_config.post_title(text, "") for text in texts]
+    for number, text in enumerate(texts, start=1):
+        slug = staged_config.post_slug(text, Path(order[number - 1]).name)
+        page = (site / "blog" / slug / "index.html").read_text(encoding="utf-8")
+        assert _footer(page, "prev") == titles[number - 1], slug
+        if number < len(texts):
+            assert _footer(page, "next") == titles[number + 1], slug
+
+
+@pytest.mark.xfail(
+    ZENSICAL_SITE is not None,
+    reason="Zensical 0.0.73 makes its search index during its build, before finish typesets the math",
+    strict=True,
+)
+def test_the_search_index_holds_no_raw_tex(site: Path) -> None:
+    index = site / "search" / "search_index.json"
+    text = (index if index.is_file() else site / "search.json").read_text(encoding="utf-8")
+    assert "Get started" in text
+    raw_tex = text.count("\\\\(")  # arithmatex's \( as JSON writes it: a formula not typeset
+    assert raw_tex == 0, f"{raw_tex} formulas as TeX in the search index"
