@@ -6,6 +6,8 @@ import torch
 import qkv
 from qkv_lab import hybrid
 from qkv_lab.hybrid import MODELS, HybridConfig, HybridLM, cache_floats, run
+from qkv_lab.lab_text import read_text, text_record
+from qkv_lab.results import recorded
 
 TINY = {"width": 16, "heads": 2, "context": 32}
 
@@ -74,3 +76,14 @@ def test_bad_layouts_are_refused():
         HybridConfig(())
     with pytest.raises(ValueError, match="width"):
         HybridConfig(("softmax",), width=10, heads=4)
+
+
+def test_the_recorded_run_holds_its_snapshots_record_and_every_model_and_seed():
+    report = recorded("hybrid")
+    record = text_record(read_text(report["text_file"]))
+    assert report["text_sha256"] == record["text_sha256"]
+    assert report["baselines"] == pytest.approx(record["baselines"], abs=1e-9)
+    assert list(report["models"]) == list(MODELS)
+    for name, entry in report["models"].items():
+        assert entry["mixers"] == list(MODELS[name])
+        assert len(entry["bits_per_byte"]) == len(report["seeds"]) == 3
