@@ -10,7 +10,7 @@ each head's output RMS-normalised); each layer is pre-norm, mixer then MLP, as i
 `python -m qkv_lab.hybrid --text site-text-864a16b87c8d.txt.xz --out src/qkv_lab/results/hybrid.json`
 trains each model once per seed on the snapshot's training split (`qkv_lab.gpt_training.split`), one
 thread, a fixed number of steps, and records bits per byte on the validation split beside the text's
-n-gram baselines (`qkv_lab.lab_text.text_record`; the recorded run took 653 s of wall clock in all,
+n-gram baselines (`qkv_lab.lab_text.text_record`; the recorded runs took 649 s of wall clock in all,
 about 11 minutes, on one thread of a shared machine); the site's build reads the report
 (`qkv_lab.results.recorded("hybrid")`) and trains nothing.
 """
