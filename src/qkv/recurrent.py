@@ -188,7 +188,8 @@ def _chunked(
         ~earlier_or_same, -math.inf
     ).exp()  # D_ij, 0 above the diagonal
 
-    # the writes of a chunk at once: (I + A) U = beta V - beta exp(gamma) K S_0 (the UT transform)
+    # the writes of a chunk at once (the UT transform):
+    # (I + A) U = beta V - beta exp(gamma) K S_0
     a = (beta[..., None] * (k @ k.transpose(-2, -1)) * decays).tril(
         -1
     )  # A_ij, j < i, (.., C, C)
@@ -201,7 +202,8 @@ def _chunked(
     solved = torch.linalg.solve_triangular(
         system, right, upper=False, unitriangular=True
     )
-    # U = written_if_empty - correcting S_0: what an empty state would take, and how S_0 changes it
+    # U = written_if_empty - correcting S_0: what an empty state would take,
+    # and how S_0 changes it
     written_if_empty, correcting = solved.split(
         [v.size(-1), k.size(-1)], dim=-1
     )

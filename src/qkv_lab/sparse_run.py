@@ -96,7 +96,8 @@ class Indexer(nn.Module):
         self.w_proj = nn.Linear(width, heads, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        """The block's normed input `x (B, L, E)` -> causal scores `(B, L, L)`."""
+        """The block's normed input `x (B, L, E)` -> causal scores
+        `(B, L, L)`."""
         positions = torch.arange(x.size(1), device=x.device)  # (L,)
         q = self.q_proj(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)
         q = apply_rope(q, positions, base=self.rope_base)  # (B, H, L, D)

@@ -40,7 +40,7 @@ from tests.site.build import ROOT, load_step
 CONTINUES = "Continues the block above"  # docs/hooks/steps/code_blocks.py
 OUTPUT = "Output"
 TORCH = "torch==2.13.0"
-EXTRAS = "qkv[kernel,plots]"  # the Get started command that installs every page's needs
+EXTRAS = "qkv[kernel,plots,hf]"  # the Get started command that installs every page's needs
 NOTEBOOK_RUNNER = ("ipykernel", "nbclient")  # what a reader who opens a notebook has: Jupyter
 BLOCKS = """() => [...document.querySelectorAll(".md-content div.highlight")].map((box) => ({
   language: [...box.classList].find((name) => name.startsWith("language-")) || "",

@@ -293,7 +293,15 @@ def test_the_staged_config_keeps_the_reading_order_without_hooks() -> None:
     config = staged_config.staged_config(settings, ROOT, docs, SITE)
     order = load_step("reading_order").reading_order((docs / "index.md").read_text())
     titles = [next(iter(item)) if isinstance(item, dict) else item for item in config["nav"]]
-    assert titles == ["Home", "Get started", "Articles", "Playground", "API reference", "Blog"]
+    assert titles == [
+        "Home",
+        "Get started",
+        "Articles",
+        "Playground",
+        "API reference",
+        "Kernel source",
+        "Blog",
+    ]
     addresses = [f"{SITE}blog/{Path(post).stem}/" for post in order]  # each post's slug is its name
     assert [next(iter(item.values())) for item in config["nav"][2]["Articles"]] == addresses
     assert config["nav"][2]["Articles"][0] == {
