@@ -22,9 +22,7 @@ the report (`qkv_lab.results.recorded("recall")`) and trains nothing.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -32,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import qkv
-from qkv_lab.harness import environment, write_json
+from qkv_lab.harness import environment
+from qkv_lab.sweep import arguments, sweep
 from qkv_lab.toys import one_thread
 
 # --8<-- [start:settings]
@@ -230,36 +229,19 @@ def run(
             "final_loss": [],
             "seconds": [],
         }
-    for seed in seeds:
-        for kind in mixers:
-            start = time.perf_counter()
-            with one_thread():
-                model, loss = train(kind, seed, steps, batch, lr, pairs)
-                score = accuracy(model, *test)
-            entry = report["mixers"][kind]
-            entry["accuracy"].append(score)
-            entry["final_loss"].append(loss)
-            entry["seconds"].append(round(time.perf_counter() - start, 1))
-            print(
-                f"{time.strftime('%H:%M:%S')} {kind:>12} seed {seed}: "
-                f"accuracy {score:.3f}, loss {loss:.3f}",
-                file=sys.stderr,
-                flush=True,
-            )
-            if out is not None:
-                write_json(report, out)
-    return report
+
+    def trial(kind: str, seed: int) -> dict[str, float]:
+        with one_thread():
+            model, loss = train(kind, seed, steps, batch, lr, pairs)
+            return {"accuracy": accuracy(model, *test), "final_loss": loss}
+
+    return sweep(report, report["mixers"], seeds, trial, out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m qkv_lab.recall", description=__doc__
-    )
-    parser.add_argument("--steps", type=int, default=STEPS)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser = arguments("recall", __doc__, STEPS, SEEDS, OUT)
     parser.add_argument("--pairs", type=int, default=PAIRS)
     parser.add_argument("--mixers", nargs="+", choices=MIXERS, default=MIXERS)
-    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     run(
         tuple(args.mixers),
