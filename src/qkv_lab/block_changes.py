@@ -118,9 +118,8 @@ def flops_per_token(config: GPTConfig) -> int:
     weights = (
         2 * e * e + 2 * e * kv + mlp_matrices * e * config.mlp_width + gate
     )  # per block
-    scores_and_sum = (
-        2 * config.heads * config.head_dim * config.context
-    )  # per block
+    # per block
+    scores_and_sum = 2 * config.heads * config.head_dim * config.context
     return 2 * (
         config.layers * (weights + scores_and_sum) + e * config.vocab_size
     )
@@ -155,9 +154,8 @@ def run(
     seeds of the ladder.
     """
     train, validation = split(encode(text))
-    with (
-        one_thread()
-    ):  # the thread count that training runs with, as `environment` records it
+    # the thread count that training runs with, as `environment` records it
+    with one_thread():
         machine = environment(torch.device("cpu"))
     report = {
         "what": "bits per byte on the site text's validation split, one change to the block per rung",

@@ -78,9 +78,8 @@ class Mixer(nn.Module):
         self.conv = nn.Conv1d(width, width, 4, padding=3, groups=width)
         self.qkv = nn.Linear(width, 3 * width, bias=False)
         self.gates = nn.Linear(width, 2 * heads)  # beta and g, per head
-        with (
-            torch.no_grad()
-        ):  # g starts near -0.007: a decay of 0.993 per token
+        # g starts near -0.007: a decay of 0.993 per token
+        with torch.no_grad():
             self.gates.bias[heads:] = -5.0
         self.out = nn.Linear(width, width, bias=False)
 
@@ -106,9 +105,8 @@ class Mixer(nn.Module):
                 chunk_size=16,
             )
         y = F.rms_norm(y, y.shape[-1:])  # each head's output, as Qwen3-Next
-        return self.out(
-            y.transpose(1, 2).flatten(2)
-        )  # (B, H, N, D) -> (B, N, E)
+        # (B, H, N, D) -> (B, N, E)
+        return self.out(y.transpose(1, 2).flatten(2))
 
 
 class RecallModel(nn.Module):
