@@ -235,9 +235,8 @@ def _lower_right(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
 def _varlen_function() -> Attention:
     """`qkv.flash_attention_varlen` as a path, on the options of `pack_documents`: checked on its first call,
     then the kernels alone (`qkv.kernels.flash.attend_packed`)."""
-    from qkv.kernels import (
-        flash,
-    )  # imports Triton: only where the path runs, on CUDA
+    # imports Triton: only where the path runs, on CUDA
+    from qkv.kernels import flash
 
     checked = False
 
@@ -296,15 +295,13 @@ def _decode_function(path: str) -> Attention:
 
     `qkv-decode-paged` copies the cache into pages on its first call with a cache, outside the timing.
     """
-    from qkv.kernels import (
-        decode,
-    )  # imports Triton: only where the path runs, on CUDA
+    # imports Triton: only where the path runs, on CUDA
+    from qkv.kernels import decode
 
     paged = path == "qkv-decode-paged"
     num_splits = 1 if path == "qkv-decode-unsplit" else None
-    prepared: dict[
-        tuple[int, int], tuple
-    ] = {}  # (k, v)'s storage -> the kernels' cache arguments
+    # (k, v)'s storage -> the kernels' cache arguments
+    prepared: dict[tuple[int, int], tuple] = {}
 
     def call(q: Tensor, k: Tensor, v: Tensor, **masks: object) -> Tensor:
         kept = masks["is_causal"] == "bottom_right" and masks["window"] is None
@@ -353,9 +350,8 @@ def to_pages(
     tables = torch.randperm(batch * per_sequence, generator=generator).to(
         k.device, torch.int32
     )
-    tables = tables.view(
-        batch, per_sequence
-    )  # (B, max_pages): page n of sequence b
+    # (B, max_pages): page n of sequence b
+    tables = tables.view(batch, per_sequence)
     pools = []
     for cache in (k, v):
         pages = cache.view(
@@ -369,9 +365,8 @@ def to_pages(
             dtype=k.dtype,
             device=k.device,
         )
-        pool[tables.flatten()] = pages.flatten(
-            0, 1
-        )  # (B * pages, H_kv, page_size, D)
+        # (B * pages, H_kv, page_size, D)
+        pool[tables.flatten()] = pages.flatten(0, 1)
         pools.append(pool)
     return *pools, tables
 
@@ -439,10 +434,8 @@ def measure(case: Case, device: torch.device) -> dict:
             record["sm_clock_mhz"] = sm_clock_mhz(device)
     except torch.OutOfMemoryError:
         return record | {"status": "oom", "reason": "out of memory"}
-    except (
-        TypeError,
-        ValueError,
-    ) as error:  # qkv's checks refusing inputs, e.g. qkv-flash in fp32
+    # qkv's checks refusing inputs, e.g. qkv-flash in fp32
+    except (TypeError, ValueError) as error:
         return record | {
             "status": "unsupported",
             "reason": str(error).splitlines()[0],
@@ -607,19 +600,14 @@ def _check_documents(
         [0, *itertools.accumulate(lengths[:-1])], device=q.device
     )
 
-    def first_rows(
-        x: Tensor,
-    ) -> (
-        Tensor
-    ):  # (B, heads, rows, D), from (B, heads, S, D) or (total, heads, D)
+    # (B, heads, rows, D), from (B, heads, S, D) or (total, heads, D)
+    def first_rows(x: Tensor) -> Tensor:
         if x.dim() == 4:
             return x[:, :, :rows]
-        index = starts[:, None] + torch.arange(
-            rows, device=x.device
-        )  # (B, rows)
-        return x[index].transpose(
-            1, 2
-        )  # (B, rows, heads, D) -> (B, heads, rows, D)
+        # (B, rows)
+        index = starts[:, None] + torch.arange(rows, device=x.device)
+        # (B, rows, heads, D) -> (B, heads, rows, D)
+        return x[index].transpose(1, 2)
 
     q_block, k_block, v_block = (first_rows(x) for x in (q, k, v))
     block_masks = {
@@ -851,9 +839,8 @@ def dispatch_table(report: dict) -> list[dict]:
 def _table_entry(case: Case, ms: dict[str, float], env: dict) -> dict:
     """One measured case: the GPU, what `call_kind` compares, the shape, both times, the versions."""
 
-    def meta(
-        heads: int, length: int
-    ) -> Tensor:  # (B, heads, length, D), no storage
+    # (B, heads, length, D), no storage
+    def meta(heads: int, length: int) -> Tensor:
         shape = (case.batch, heads, length, case.head_dim)
         return torch.empty(shape, dtype=DTYPES[case.dtype], device="meta")
 
@@ -1050,9 +1037,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; write the JSON report and, if asked, plots and table."""
     args = parse_args(argv)
 
-    def save(
-        report: dict,
-    ) -> None:  # after every case: a run cut short keeps what it measured
+    # after every case: a run cut short keeps what it measured
+    def save(report: dict) -> None:
         write_json(report, args.out)
         if args.table:
             write_table(report, args.table)

@@ -33,11 +33,9 @@ operations per feature and are left out, as `torch.utils.flop_counter.FlopCounte
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -50,8 +48,9 @@ from qkv_lab.gpt_training import (
     split,
     train_gpt,
 )
-from qkv_lab.harness import environment, write_json
+from qkv_lab.harness import environment
 from qkv_lab.lab_text import read_text, save_snapshot, text_record
+from qkv_lab.sweep import arguments, sweep
 from qkv_lab.toys import one_thread
 
 # --8<-- [start:ladder]
@@ -119,9 +118,8 @@ def flops_per_token(config: GPTConfig) -> int:
     weights = (
         2 * e * e + 2 * e * kv + mlp_matrices * e * config.mlp_width + gate
     )  # per block
-    scores_and_sum = (
-        2 * config.heads * config.head_dim * config.context
-    )  # per block
+    # per block
+    scores_and_sum = 2 * config.heads * config.head_dim * config.context
     return 2 * (
         config.layers * (weights + scores_and_sum) + e * config.vocab_size
     )
@@ -156,9 +154,8 @@ def run(
     seeds of the ladder.
     """
     train, validation = split(encode(text))
-    with (
-        one_thread()
-    ):  # the thread count that training runs with, as `environment` records it
+    # the thread count that training runs with, as `environment` records it
+    with one_thread():
         machine = environment(torch.device("cpu"))
     report = {
         "what": "bits per byte on the site text's validation split, one change to the block per rung",
@@ -187,30 +184,19 @@ def run(
                 "seconds": [],
             }
         )
-    for seed in seeds:
-        for (name, config), rung in zip(rungs, report["rungs"], strict=True):
-            start = time.perf_counter()
-            model, _ = train_gpt(config, train, steps, batch, lr, seed)
-            with one_thread():
-                rung["bits_per_byte"].append(bits_per_byte(model, validation))
-            rung["seconds"].append(round(time.perf_counter() - start, 1))
-            print(
-                f"{time.strftime('%H:%M:%S')} {name:>14} seed {seed}: "
-                f"{rung['bits_per_byte'][-1]:.4f} bits per byte",
-                file=sys.stderr,
-                flush=True,
-            )
-            if out is not None:
-                write_json(report, out)
-    return report
+    configs = dict(rungs)
+
+    def trial(name: str, seed: int) -> dict[str, float]:
+        model, _ = train_gpt(configs[name], train, steps, batch, lr, seed)
+        with one_thread():
+            return {"bits_per_byte": bits_per_byte(model, validation)}
+
+    entries = {rung["name"]: rung for rung in report["rungs"]}
+    return sweep(report, entries, seeds, trial, out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m qkv_lab.block_changes", description=__doc__
-    )
-    parser.add_argument("--steps", type=int, default=STEPS)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser = arguments("block_changes", __doc__, STEPS, SEEDS, OUT)
     parser.add_argument(
         "--text", help="a snapshot (qkv_lab.lab_text) or UTF-8 file, kept beside the report, with the "
         "n-gram baselines in it; default: the site now, no baselines (the recorded block-changes.json)"
@@ -224,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lr", type=float, default=LR, help="the peak learning rate"
     )
-    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     text = site_text() if args.text is None else read_text(args.text)
     if args.text is not None:

@@ -107,9 +107,8 @@ def run(
 ) -> dict:
     """Milliseconds of each module's forward pass and of each additive stage, at every N."""
     scores = modules()
-    ms: dict[
-        tuple, float
-    ] = {}  # (kind, name, n or into) -> fastest milliseconds
+    # (kind, name, n or into) -> fastest milliseconds
+    ms: dict[tuple, float] = {}
     faults: dict[tuple, int | None] = {}
     with torch.inference_mode():
         for _ in range(rounds):
@@ -131,9 +130,8 @@ def run(
                     ms[kind, name, n] = min(
                         best, fastest_ms(call, CPU, min_run_time)
                     )
-            numel = (
-                BATCH * max(lengths) ** 2 * DIM
-            )  # the (B, N, N, hidden) tensor at the longest N
+            # the (B, N, N, hidden) tensor at the longest N
+            numel = BATCH * max(lengths) ** 2 * DIM
             for (name, into), call in elementwise(numel).items():
                 call()  # warm-up
                 best = ms.get(("elementwise", name, into), math.inf)

@@ -23,11 +23,8 @@ import torch
 
 from qkv_lab.harness import environment, write_json
 
-CAPABILITIES = (
-    "avx512",
-    "avx2",
-    "default",
-)  # torch's x86 kernel sets, widest first
+# torch's x86 kernel sets, widest first
+CAPABILITIES = ("avx512", "avx2", "default")
 SEEDS = range(5)  # the seeds the articles train
 
 

@@ -56,11 +56,8 @@ PROJECTED = 256  # Linformer's projected length
 # first rows of W would repeat the first queries, and the estimate would be far worse than chance.
 RANDOM_MATRICES_SEED = 1_000
 
-CAUSAL = (
-    "window-as-mask",
-    "sliding-window",
-    "linear-causal",
-)  # the methods that mask the future
+# the methods that mask the future
+CAUSAL = ("window-as-mask", "sliding-window", "linear-causal")
 QUADRATIC = ("exact", "window-as-mask")  # the methods that build all N^2 scores
 
 Attention = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -119,18 +116,15 @@ def methods(n: int, head_dim: int = 64, seed: int = 0) -> dict[str, Attention]:
     projection = efficient.linformer_projection(
         n, min(PROJECTED, n), generator=generator
     )
-    rows = 2 ** (
-        int(math.log2(n)) // 2
-    )  # a grid as square as a power of two allows
+    # a grid as square as a power of two allows
+    rows = 2 ** (int(math.log2(n)) // 2)
 
     def axial(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        grid = [
-            x.unflatten(-2, (rows, n // rows)) for x in (q, k, v)
-        ]  # (B, H, R, C, D)
+        # (B, H, R, C, D)
+        grid = [x.unflatten(-2, (rows, n // rows)) for x in (q, k, v)]
         out = efficient.axial_attention(*grid, "row")
-        out = efficient.axial_attention(
-            out, grid[1], grid[2], "column"
-        )  # rows, then columns
+        # rows, then columns
+        out = efficient.axial_attention(out, grid[1], grid[2], "column")
         return out.flatten(-3, -2)
 
     window = sliding_window_mask(n, window=WINDOW)

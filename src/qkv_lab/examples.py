@@ -27,9 +27,8 @@ def cat_sat() -> tuple[list[str], Tensor, Tensor, Tensor]:
         "mat": [0, 0, 1, 0, 0],
     }
     tokens = ["the", "cat", "sat", "on", "the", "mat"]
-    x = torch.tensor(
-        [vocab[t] for t in tokens], dtype=torch.float32
-    )  # (N, d_model) = (6, 5)
+    # (N, d_model) = (6, 5)
+    x = torch.tensor([vocab[t] for t in tokens], dtype=torch.float32)
 
     w_k = torch.zeros(5, 3)  # keys advertise: animate, action, object
     w_k[0, 0] = w_k[1, 1] = w_k[2, 2] = 1.0
@@ -59,12 +58,10 @@ def position_heads(n_tokens: int = 6) -> tuple[MultiHeadAttention, Tensor]:
         mha.q_proj.weight.zero_()
         mha.k_proj.weight.zero_()
         for h in range(heads):
-            mha.k_proj.weight[h * n : (h + 1) * n, :n] = torch.eye(
-                n
-            )  # key of token p: e_p
-        for h, shift in enumerate(
-            (-1, 0, 1)
-        ):  # query of token p: 12 e_(p + shift)
+            # key of token p: e_p
+            mha.k_proj.weight[h * n : (h + 1) * n, :n] = torch.eye(n)
+        # query of token p: 12 e_(p + shift)
+        for h, shift in enumerate((-1, 0, 1)):
             mha.q_proj.weight[h * n : (h + 1) * n, :n] = 12 * torch.eye(n).roll(
                 shift, dims=0
             )

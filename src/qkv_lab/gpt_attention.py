@@ -47,12 +47,10 @@ def _check(model: object, ids: object) -> None:
 def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
     """One block's attention weights, from its own projections: `x (B, L, E)`
     normed -> `(B, H, L, L)`."""
-    q = (
-        attn.q_proj(x).unflatten(-1, (attn.heads, -1)).transpose(1, 2)
-    )  # (B, L, E) -> (B, H, L, D)
-    k = (
-        attn.k_proj(x).unflatten(-1, (attn.kv_heads, -1)).transpose(1, 2)
-    )  # (B, Hkv, L, D)
+    # (B, L, E) -> (B, H, L, D)
+    q = attn.q_proj(x).unflatten(-1, (attn.heads, -1)).transpose(1, 2)
+    # (B, Hkv, L, D)
+    k = attn.k_proj(x).unflatten(-1, (attn.kv_heads, -1)).transpose(1, 2)
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
     if attn.rope_base is not None:
@@ -84,9 +82,8 @@ def attention_maps(model: GPT, ids: Tensor) -> Tensor:
     maps = []
     for block in model.blocks:
         maps.append(head_weights(block.attn, block.attn_norm(x), positions))
-        x = block(
-            x, positions, Mask(alignment="bottom_right")
-        )  # the model's own block
+        # the model's own block
+        x = block(x, positions, Mask(alignment="bottom_right"))
     return torch.stack(maps)  # (layers, B, H, L, L)
 
 
@@ -124,9 +121,8 @@ def ablated_bits(
     # --8<-- [start:ablation-hook]
     def zero(heads_of_layer: list[int]):
         def hook(_module, inputs: tuple[Tensor]) -> tuple[Tensor]:
-            merged = (
-                inputs[0].unflatten(-1, (model.config.heads, -1)).clone()
-            )  # (B, L, H, D)
+            # (B, L, H, D)
+            merged = inputs[0].unflatten(-1, (model.config.heads, -1)).clone()
             merged[:, :, heads_of_layer] = 0
             return (merged.flatten(-2),)  # (B, L, H * D), what out_proj reads
 
@@ -144,9 +140,8 @@ def ablated_bits(
     finally:
         for hook in hooks:
             hook.remove()
-    nats = F.cross_entropy(
-        logits.transpose(1, 2), ids[:, 1:], reduction="none"
-    )  # (B, L - 1)
+    # (B, L - 1)
+    nats = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
     return nats / math.log(2)
 
 

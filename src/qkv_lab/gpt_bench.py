@@ -47,12 +47,10 @@ def generate_uncached(model: GPT, ids: Tensor, max_new_tokens: int) -> Tensor:
     """
     check_sizes(0, max_new_tokens=max_new_tokens)
     for _ in range(max_new_tokens):
-        logits = model(ids)[
-            :, -1
-        ]  # (B, L, V) -> (B, V): the whole prefix, every step
-        ids = torch.cat(
-            [ids, logits.argmax(-1, keepdim=True)], dim=1
-        )  # (B, L + 1)
+        # (B, L, V) -> (B, V): the whole prefix, every step
+        logits = model(ids)[:, -1]
+        # (B, L + 1)
+        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
     return ids
 
 

@@ -191,9 +191,8 @@ def train_gpt(
     def rate(step: int) -> float:
         """The learning rate at `step`, as a multiple of `lr`: the lower of the
         ramp and the cosine."""
-        cosine = (
-            0.1 + 0.9 * (1 + math.cos(math.pi * step / steps)) / 2
-        )  # 1 at step 0, 0.1 at the end
+        # 1 at step 0, 0.1 at the end
+        cosine = 0.1 + 0.9 * (1 + math.cos(math.pi * step / steps)) / 2
         return min((step + 1) / warmup, cosine)
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)

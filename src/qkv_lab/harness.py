@@ -92,9 +92,8 @@ def graphed(
         return call, False
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(
-        side
-    ):  # warm-up on a side stream, as torch's CUDA graph notes advise
+    # warm-up on a side stream, as torch's CUDA graph notes advise
+    with torch.cuda.stream(side):
         call()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()

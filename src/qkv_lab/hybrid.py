@@ -17,11 +17,9 @@ about 11 minutes, on one thread of a shared machine); the site's build reads the
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -30,9 +28,10 @@ from torch import Tensor, nn
 
 from qkv._checks import check_sizes
 from qkv_lab.gpt_training import bits_per_byte, encode, split
-from qkv_lab.harness import environment, write_json
+from qkv_lab.harness import environment
 from qkv_lab.lab_text import read_text, save_snapshot, text_record
 from qkv_lab.recall import Mixer
+from qkv_lab.sweep import arguments, sweep
 from qkv_lab.toys import one_thread
 
 # --8<-- [start:settings]
@@ -225,39 +224,23 @@ def run(
             "bits_per_byte": [],
             "seconds": [],
         }
-    for seed in seeds:
-        for name, config in configs.items():
-            start = time.perf_counter()
-            model = train(config, train_bytes, steps, batch, lr, seed)
-            with one_thread(), torch.no_grad():
-                score = bits_per_byte(model, validation)
-            entry = report["models"][name]
-            entry["bits_per_byte"].append(score)
-            entry["seconds"].append(round(time.perf_counter() - start, 1))
-            print(
-                f"{time.strftime('%H:%M:%S')} {name:>12} seed {seed}: "
-                f"{score:.4f} bits per byte",
-                file=sys.stderr,
-                flush=True,
-            )
-            if out is not None:
-                write_json(report, out)
-    return report
+
+    def trial(name: str, seed: int) -> dict[str, float]:
+        model = train(configs[name], train_bytes, steps, batch, lr, seed)
+        with one_thread(), torch.no_grad():
+            return {"bits_per_byte": bits_per_byte(model, validation)}
+
+    return sweep(report, report["models"], seeds, trial, out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m qkv_lab.hybrid", description=__doc__
-    )
+    parser = arguments("hybrid", __doc__, STEPS, SEEDS, OUT)
     parser.add_argument(
         "--text", required=True, help="a snapshot (qkv_lab.lab_text)"
     )
-    parser.add_argument("--steps", type=int, default=STEPS)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument(
         "--models", nargs="+", choices=list(MODELS), default=list(MODELS)
     )
-    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     text = read_text(args.text)
     save_snapshot(text, args.out.parent)

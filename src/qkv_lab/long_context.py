@@ -197,10 +197,8 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
         `-log2 p(ids[:, i + 1] | what the cache holds after ids[:, i])`.
     """
     _check_streamable(model)
-    keys, values = (
-        [None] * len(model.blocks),
-        [None] * len(model.blocks),
-    )  # per block: (B, Hkv, n, D)
+    # per block: (B, Hkv, n, D)
+    keys, values = ([None] * len(model.blocks), [None] * len(model.blocks))
     bits = []
     for t in range(ids.size(1) - 1):
         x = model.embed(ids[:, t : t + 1])  # (B, 1, E)
@@ -216,13 +214,11 @@ def streaming_bits(model: GPT, ids: Tensor, window: int, kept: int) -> Tensor:
             values[i] = (
                 v if values[i] is None else torch.cat([values[i], v], dim=-2)
             )
-            keys[i] = qkv.streaming_window(
-                keys[i], window, kept
-            )  # (B, Hkv, n, D), n <= window
+            # (B, Hkv, n, D), n <= window
+            keys[i] = qkv.streaming_window(keys[i], window, kept)
             values[i] = qkv.streaming_window(values[i], window, kept)
-            places = torch.arange(
-                keys[i].size(-2)
-            )  # positions within the cache
+            # positions within the cache
+            places = torch.arange(keys[i].size(-2))
             rope = {"base": attn.rope_base, "scaling": attn.rope_scaling}
             q = apply_rope(q, places[-1:], **rope)
             k = apply_rope(keys[i], places, **rope)
@@ -261,13 +257,11 @@ def recomputed_bits(
     )
     targets = ids[:, 1 : window + 1]
     bits[:, : targets.size(1)] = _bits(first[:, : targets.size(1)], targets)
-    later = range(
-        window + every, ids.size(1), every
-    )  # the predicted positions p
+    # the predicted positions p
+    later = range(window + every, ids.size(1), every)
     if later:
-        contexts = torch.stack(
-            [ids[:, p - window : p] for p in later], dim=1
-        )  # (B, P, window)
+        # (B, P, window)
+        contexts = torch.stack([ids[:, p - window : p] for p in later], dim=1)
         logits = torch.cat(
             [
                 model(chunk)[:, -1]
@@ -319,9 +313,8 @@ def run(settings: Settings, text: str, out: Path | None = None) -> dict:
     train, validation = split(encode(text))
     streams = validation[: len(validation) // settings.stream * settings.stream]
     streams = streams.view(-1, settings.stream)  # (streams, stream)
-    with (
-        one_thread()
-    ):  # the thread count that training runs with, as `environment` records it
+    # the thread count that training runs with, as `environment` records it
+    with one_thread():
         machine = environment(torch.device("cpu"))
     report = {
         "what": "attention sinks, a streaming cache, learned sinks and RoPE scaling on the site's GPT",

@@ -64,19 +64,12 @@ from qkv_lab.toys import one_thread
 
 OUT = Path(__file__).parent / "results" / "long-run.json"
 # --8<-- [start:settings]
-STEPS, EVERY, SEEDS = (
-    4000,
-    250,
-    (0, 1, 2),
-)  # 4x the build's 1,000 steps; a checkpoint every 250
-REPEAT, SEQUENCES, PROBE_SEED = (
-    64,
-    32,
-    1234,
-)  # 32 sequences of 64 random bytes, twice: 128 = the context
-ALPHABET = torch.arange(
-    32, 127
-)  # printable ASCII, every byte of which the text holds
+# 4x the build's 1,000 steps; a checkpoint every 250
+STEPS, EVERY, SEEDS = (4000, 250, (0, 1, 2))
+# 32 sequences of 64 random bytes, twice: 128 = the context
+REPEAT, SEQUENCES, PROBE_SEED = (64, 32, 1234)
+# printable ASCII, every byte of which the text holds
+ALPHABET = torch.arange(32, 127)
 THRESHOLD = 0.4  # an induction head: a head whose induction score passes this
 # the first-byte weight over the validation split's first 64 windows
 SINK_BYTES = 8192
@@ -101,9 +94,8 @@ def induction_scores(maps: Tensor, length: int) -> Tensor:
     Returns:
         `(layers, H)`, averaged over queries `n ... 2n - 1` and the batch.
     """
-    twins = maps.diagonal(
-        offset=1 - length, dim1=-2, dim2=-1
-    )  # (layers, B, H, n + 1): i = n - 1 ... 2n - 1
+    # (layers, B, H, n + 1): i = n - 1 ... 2n - 1
+    twins = maps.diagonal(offset=1 - length, dim1=-2, dim2=-1)
     return twins[..., 1:].mean((1, -1))  # queries n ... 2n - 1
 
 
@@ -161,9 +153,8 @@ def run(
     """
     train, validation = split(encode(text))
     sequences, repeat = probe
-    probe_ids = repeated_random_bytes(
-        sequences, repeat, PROBE_SEED
-    )  # (sequences, 2 * repeat)
+    # (sequences, 2 * repeat)
+    probe_ids = repeated_random_bytes(sequences, repeat, PROBE_SEED)
     with one_thread():
         machine = environment(torch.device("cpu"))
     report = {
@@ -236,9 +227,8 @@ def _train_and_measure(
         step += 1
         if step % every:
             return
-        with (
-            torch.no_grad()
-        ):  # the trained weights, in the order GPT.parameters() gives them
+        # the trained weights, in the order GPT.parameters() gives them
+        with torch.no_grad():
             for mine, theirs in zip(
                 watched.parameters(),
                 optimizer.param_groups[0]["params"],
@@ -268,9 +258,8 @@ def _train_and_measure(
         _, losses = train_gpt(config, train, steps, batch, LR, runs["seed"])
     finally:
         hook.remove()
-    for checkpoint in runs[
-        "checkpoints"
-    ]:  # mean training loss over the steps since the last
+    # mean training loss over the steps since the last
+    for checkpoint in runs["checkpoints"]:
         since = losses[checkpoint["step"] - every : checkpoint["step"]]
         checkpoint["train_bits_per_byte"] = (
             sum(since) / len(since) / math.log(2)

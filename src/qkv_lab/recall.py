@@ -22,9 +22,7 @@ the report (`qkv_lab.results.recorded("recall")`) and trains nothing.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -32,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import qkv
-from qkv_lab.harness import environment, write_json
+from qkv_lab.harness import environment
+from qkv_lab.sweep import arguments, sweep
 from qkv_lab.toys import one_thread
 
 # --8<-- [start:settings]
@@ -79,9 +78,8 @@ class Mixer(nn.Module):
         self.conv = nn.Conv1d(width, width, 4, padding=3, groups=width)
         self.qkv = nn.Linear(width, 3 * width, bias=False)
         self.gates = nn.Linear(width, 2 * heads)  # beta and g, per head
-        with (
-            torch.no_grad()
-        ):  # g starts near -0.007: a decay of 0.993 per token
+        # g starts near -0.007: a decay of 0.993 per token
+        with torch.no_grad():
             self.gates.bias[heads:] = -5.0
         self.out = nn.Linear(width, width, bias=False)
 
@@ -107,9 +105,8 @@ class Mixer(nn.Module):
                 chunk_size=16,
             )
         y = F.rms_norm(y, y.shape[-1:])  # each head's output, as Qwen3-Next
-        return self.out(
-            y.transpose(1, 2).flatten(2)
-        )  # (B, H, N, D) -> (B, N, E)
+        # (B, H, N, D) -> (B, N, E)
+        return self.out(y.transpose(1, 2).flatten(2))
 
 
 class RecallModel(nn.Module):
@@ -230,36 +227,19 @@ def run(
             "final_loss": [],
             "seconds": [],
         }
-    for seed in seeds:
-        for kind in mixers:
-            start = time.perf_counter()
-            with one_thread():
-                model, loss = train(kind, seed, steps, batch, lr, pairs)
-                score = accuracy(model, *test)
-            entry = report["mixers"][kind]
-            entry["accuracy"].append(score)
-            entry["final_loss"].append(loss)
-            entry["seconds"].append(round(time.perf_counter() - start, 1))
-            print(
-                f"{time.strftime('%H:%M:%S')} {kind:>12} seed {seed}: "
-                f"accuracy {score:.3f}, loss {loss:.3f}",
-                file=sys.stderr,
-                flush=True,
-            )
-            if out is not None:
-                write_json(report, out)
-    return report
+
+    def trial(kind: str, seed: int) -> dict[str, float]:
+        with one_thread():
+            model, loss = train(kind, seed, steps, batch, lr, pairs)
+            return {"accuracy": accuracy(model, *test), "final_loss": loss}
+
+    return sweep(report, report["mixers"], seeds, trial, out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m qkv_lab.recall", description=__doc__
-    )
-    parser.add_argument("--steps", type=int, default=STEPS)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser = arguments("recall", __doc__, STEPS, SEEDS, OUT)
     parser.add_argument("--pairs", type=int, default=PAIRS)
     parser.add_argument("--mixers", nargs="+", choices=MIXERS, default=MIXERS)
-    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     run(
         tuple(args.mixers),

@@ -90,9 +90,8 @@ def run(
         )
         for rank in range(world)
     ]
-    outputs = [
-        process.communicate()[0] for process in processes
-    ]  # only rank 0 prints
+    # only rank 0 prints
+    outputs = [process.communicate()[0] for process in processes]
     failed = {
         rank: p.returncode
         for rank, p in enumerate(processes)
@@ -132,24 +131,21 @@ def measure(n: int, causal: bool, repeats: int, device: torch.device) -> dict:
     """On every rank of the default group: time the ring, its computation and its communication at length n."""
     rank, world = dist.get_rank(), dist.get_world_size()
     # --8<-- [start:shard]
-    generator = torch.Generator().manual_seed(
-        0
-    )  # every rank draws the same whole sequence
+    # every rank draws the same whole sequence
+    generator = torch.Generator().manual_seed(0)
     q, k, v = (
         torch.randn(BATCH, HEADS, n, HEAD_DIM, generator=generator)
         for _ in range(3)
     )
     shard = n // world
-    mine = slice(
-        rank * shard, (rank + 1) * shard
-    )  # rank r holds positions r*n/W ... (r+1)*n/W - 1
+    # rank r holds positions r*n/W ... (r+1)*n/W - 1
+    mine = slice(rank * shard, (rank + 1) * shard)
     q_shard, k_shard, v_shard = (
         x[..., mine, :].contiguous().to(device) for x in (q, k, v)
     )
     out = ring_attention(q_shard, k_shard, v_shard, causal=causal)
-    whole = F.scaled_dot_product_attention(
-        q, k, v, is_causal=causal
-    )  # one process, whole sequence
+    # one process, whole sequence
+    whole = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     error = (out.cpu() - whole[..., mine, :]).abs().max()
     # --8<-- [end:shard]
     dist.all_reduce(error, op=dist.ReduceOp.MAX)
@@ -258,9 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         default=["full"],
         help="one run for each",
     )
-    parser.add_argument(
-        "--causal", action="store_true", help=argparse.SUPPRESS
-    )  # one process of run()
+    # one process of run()
+    parser.add_argument("--causal", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument(
         "--device", default="cpu", help="cpu, or cuda under torchrun"
@@ -268,9 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path("attention-across-devices.json")
     )
-    parser.add_argument(
-        "--rank", type=int, help=argparse.SUPPRESS
-    )  # one process of run()
+    # one process of run()
+    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank is not None:

@@ -49,17 +49,12 @@ REQUEST_LENGTHS = (
     256,
     1501,
 )  # tokens each request holds now
-MAX_LENGTH, PAGE_SIZE = (
-    2048,
-    16,
-)  # what a contiguous cache reserves per request; tokens per page
+# what a contiguous cache reserves per request; tokens per page
+MAX_LENGTH, PAGE_SIZE = (2048, 16)
 # --8<-- [end:batch]
 KS = (1, 2, 3, 4, 5, 6)  # tokens drafted per round
-PROMPTS, PROMPT_BYTES, NEW_TOKENS = (
-    6,
-    32,
-    96,
-)  # prompts from the validation text, bytes each, bytes added
+# prompts from the validation text, bytes each, bytes added
+PROMPTS, PROMPT_BYTES, NEW_TOKENS = (6, 32, 96)
 
 
 def _text_sha256() -> str:

@@ -82,12 +82,10 @@ class ReverseAligner(nn.Module):
         super().__init__()
         check_sizes(vocab=vocab, length=length, dim=dim)
         self.tokens = nn.Embedding(vocab, dim)
-        self.positions = nn.Embedding(
-            length, dim
-        )  # the encoder's position of each source token
-        self.steps = nn.Embedding(
-            length, dim
-        )  # the decoder's state at each output step
+        # the encoder's position of each source token
+        self.positions = nn.Embedding(length, dim)
+        # the decoder's state at each output step
+        self.steps = nn.Embedding(length, dim)
         self.attention = AdditiveAttention(dim, dim, dim)
         self.readout = nn.Linear(dim, vocab)
 
@@ -97,12 +95,10 @@ class ReverseAligner(nn.Module):
         positions = torch.arange(source.shape[-1])  # (S,)
         keys = self.tokens(source) + self.positions(positions)  # (B, S, dim)
         values = self.tokens(source)  # (B, S, dim)
-        states = self.steps(positions).expand_as(
-            keys
-        )  # (S, dim) -> (B, S, dim)
-        context, weights = self.attention(
-            states, keys, values
-        )  # (B, S, dim), (B, S, S)
+        # (S, dim) -> (B, S, dim)
+        states = self.steps(positions).expand_as(keys)
+        # (B, S, dim), (B, S, S)
+        context, weights = self.attention(states, keys, values)
         return self.readout(context), weights
 
 
@@ -146,9 +142,8 @@ def measure_aligner(seed: int) -> dict[str, float]:
     `sum_k |v_a,k|` on the scores before and after training.
     """
     model = train_aligner(vocab=10, length=8, seed=seed)
-    untrained = train_aligner(
-        vocab=10, length=8, steps=0, seed=seed
-    )  # the same initial weights
+    # the same initial weights
+    untrained = train_aligner(vocab=10, length=8, steps=0, seed=seed)
     source, target = reverse_task(
         256, 8, 10, torch.Generator().manual_seed(TEST_SEED)
     )
@@ -180,18 +175,16 @@ def repeated_segments(
     tell where the copy is. Needs `vocab >= N // 2`.
     """
     n = torch.randint(3, length // 2 + 1, (batch,), generator=generator)  # (B,)
-    shuffled = torch.rand(batch, vocab, generator=generator).argsort(
-        -1
-    )  # (B, vocab) permutations
+    # (B, vocab) permutations
+    shuffled = torch.rand(batch, vocab, generator=generator).argsort(-1)
     segment = shuffled[:, : length // 2]  # (B, N/2) distinct tokens
     position = torch.arange(length)  # (N,)
     in_segment = torch.where(
         position < n[:, None], position, position - n[:, None]
     )  # (B, N)
     copies = segment.gather(-1, in_segment.clamp(max=length // 2 - 1))  # (B, N)
-    filler = torch.randint(
-        vocab, (batch, length), generator=generator
-    )  # (B, N)
+    # (B, N)
+    filler = torch.randint(vocab, (batch, length), generator=generator)
     return torch.where(position < 2 * n[:, None], copies, filler), n
 
 
@@ -227,14 +220,12 @@ class AttentionOnly(nn.Module):
     def forward(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
         """`tokens (B, N)` ->
         `(logits (B, N, vocab), [weights (B, H, N, N) of each layer])`."""
-        x = self.tokens(tokens) + self.positions(
-            torch.arange(tokens.shape[-1])
-        )  # (B, N, dim)
+        # (B, N, dim)
+        x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[-1]))
         weights = []
         for layer in self.layers:
-            out, layer_weights = layer(
-                x, is_causal=True, need_weights=True
-            )  # (B, N, dim)
+            # (B, N, dim)
+            out, layer_weights = layer(x, is_causal=True, need_weights=True)
             x = x + out  # each layer writes into the residual stream
             weights.append(layer_weights)
         return self.readout(x), weights
@@ -256,9 +247,8 @@ def train_induction(
     def batch_loss(model: AttentionOnly) -> Tensor:
         tokens, n = repeated_segments(32, length, vocab, generator)
         logits, _ = model(tokens)  # (B, N, vocab)
-        scored = predictable(
-            n, length
-        )  # (B, N): where the next token can be known
+        # (B, N): where the next token can be known
+        scored = predictable(n, length)
         return F.cross_entropy(
             logits[:, :-1][scored[:, :-1]], tokens[:, 1:][scored[:, :-1]]
         )
@@ -284,9 +274,8 @@ def previous_token_scores(weights: Tensor, n: Tensor) -> Tensor:
         `(H,)` scores in [0, 1]; 1 is a perfect previous-token head.
     """
     position = torch.arange(weights.shape[-1])  # (N,)
-    b, t = ((position >= 1) & (position < n[:, None])).nonzero(
-        as_tuple=True
-    )  # (B, N) -> pairs
+    # (B, N) -> pairs
+    b, t = ((position >= 1) & (position < n[:, None])).nonzero(as_tuple=True)
     return weights[b, :, t, t - 1].mean(0)  # (pairs, H) -> (H,)
 
 
@@ -344,9 +333,8 @@ def measure_induction(seed: int) -> dict[str, float | list[float]]:
     tokens, n = repeated_segments(
         512, 24, 32, torch.Generator().manual_seed(TEST_SEED)
     )
-    scored = predictable(n, 24)[
-        :, :-1
-    ]  # (B, N - 1): where the next token can be known
+    # (B, N - 1): where the next token can be known
+    scored = predictable(n, 24)[:, :-1]
 
     def accuracy() -> float:
         with torch.no_grad():
@@ -386,12 +374,10 @@ def max_token_batch(
 ) -> tuple[Tensor, Tensor]:
     """Random `tokens (B, N)` and the target at every position: the sequence's
     largest token."""
-    tokens = torch.randint(
-        0, VOCAB, (batch, LENGTH), generator=generator
-    )  # (B, N)
-    return tokens, tokens.max(dim=1, keepdim=True).values.expand(
-        batch, LENGTH
-    )  # (B, N)
+    # (B, N)
+    tokens = torch.randint(0, VOCAB, (batch, LENGTH), generator=generator)
+    # (B, N)
+    return tokens, tokens.max(dim=1, keepdim=True).values.expand(batch, LENGTH)
 
 
 class MaxTokenStack(nn.Module):
@@ -411,14 +397,12 @@ class MaxTokenStack(nn.Module):
             nn.TransformerEncoderLayer(WIDTH, 4, 2 * WIDTH, **layer)
             for _ in range(DEPTH)
         )
-        self.final_norm = (
-            nn.LayerNorm(WIDTH) if pre_ln else nn.Identity()
-        )  # pre-LN ends with one
+        # pre-LN ends with one
+        self.final_norm = nn.LayerNorm(WIDTH) if pre_ln else nn.Identity()
         self.head = nn.Linear(WIDTH, VOCAB)
 
-    def forward(
-        self, tokens: Tensor
-    ) -> Tensor:  # (B, N) -> logits (B, N, VOCAB)
+    # (B, N) -> logits (B, N, VOCAB)
+    def forward(self, tokens: Tensor) -> Tensor:
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x)
