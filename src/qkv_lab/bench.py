@@ -116,6 +116,8 @@ DECODE_PATHS = (
     MERGE_KERNEL_PATH,
 )
 KERNEL_PATHS = ("qkv-flash", VARLEN_PATH, *DECODE_PATHS)  # CUDA only
+# a kernel path -> the same kernels run another way, timed beside it with its configuration (the lease)
+VARIANT_PATHS = {"qkv-decode": (MERGE_KERNEL_PATH,)}
 LOWER_RIGHT_PATH = "torch-lower-right"
 PATHS = ("reference", "torch", *TORCH_BACKENDS, LOWER_RIGHT_PATH, *KERNEL_PATHS)
 MODES = ("forward", "forward+backward")

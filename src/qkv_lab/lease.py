@@ -24,7 +24,7 @@ in this order:
 - decoding is timed inside a CUDA graph (kernel and torch alike: at short caches the launches, not the
   kernels, set the time), and the kernels one call launches are counted, the split-KV merge included;
   beside the kernel that merges the splits in its own launch (`qkv-decode`), its variant with the merge
-  kernel after it (`VARIANT_PATHS`) is checked and timed with the same configuration, under `variants`;
+  kernel after it (`bench.VARIANT_PATHS`) is checked and timed with the same configuration, under `variants`;
 - each timing gives the fastest and the median run and the SM clock read right after it.
 
 After each case the run folder `ROOT/<date>-<gpu>/` gets `summary.json` (`qkv_lab.summary`, the schema of
@@ -59,9 +59,6 @@ from qkv_lab.summary import Summary, run_folder, write_whole
 STEPS = ("forward", "backward", "decode", "confirm")
 SQUARE_TORCH_PATHS = ("torch", "torch-cudnn", "torch-flash")
 DECODE_TORCH_PATHS = ("torch", "torch-cudnn", bench.LOWER_RIGHT_PATH)
-VARIANT_PATHS = {
-    "qkv-decode": (bench.MERGE_KERNEL_PATH,)
-}  # kernel path -> its variants
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -230,7 +227,7 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
 
     Returns:
         The raw record: the case, `paths` (per path: status, min and median ms, SM clock, errors, graph,
-        launches), `variants` (the kernel's `VARIANT_PATHS`, timed as it is), `tuning` (every trial) and
+        launches), `variants` (the kernel's `bench.VARIANT_PATHS`, timed as it is), `tuning` (every trial) and
         `config` (the chosen configurations, as `pinning.as_dict`).
     """
     checked = Checked(case, tools.device)
@@ -279,7 +276,9 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
         }
     record["paths"][kernel_path] = kernel_record
     record["variants"] = {}
-    for variant in VARIANT_PATHS.get(kernel_path, ()) if tuned.choice else ():
+    for variant in (
+        bench.VARIANT_PATHS.get(kernel_path, ()) if tuned.choice else ()
+    ):
         result = {"autotune": False, "config": kernel_record["config"]}
         with pinning.pinned(tuned.choice):
             time_path(checked, variant, tools, result)

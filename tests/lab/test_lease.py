@@ -311,6 +311,7 @@ def test_every_configuration_to_tune_is_compiled_once_first(monkeypatch):
         (1, 4, 2),
         (3, 4, 2),
     }
+    assert {job.case.path for job in decode} == {"qkv-decode", bench.MERGE_KERNEL_PATH}
     # under the interpreter, in this process: each job launches its configuration, pinned
     results = precompile.precompile(todo[:1], "cpu", workers=0)
     assert [error for _, _, error in results] == [None] * 5
