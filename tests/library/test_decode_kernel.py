@@ -224,6 +224,22 @@ def test_the_autotuner_keys_on_cache_length_and_batch():
     assert set(decode.TUNING_KEY) <= set(decode._split_kernel.arg_names)
 
 
+@pytest.mark.parametrize("page_size", [None, 16, 32, 5], ids=lambda n: f"page{n}")
+def test_descriptor_variant_matches_torch_and_the_pointers(monkeypatch, page_size):
+    # 48 keys: three whole tiles of 16 under the interpreter, read through TMA where a page holds
+    # whole tiles (contiguous, 16, 32), through pointers where it does not (5); lengths L, 48 and 37.
+    q, k, v = random_cache(3, 8, 2, 3, 48)
+    lengths = torch.tensor([3, 48, 37], device=DEVICE)
+    cache, tables = (k, v), None
+    if page_size is not None:
+        *cache, tables = paged(k, v, lengths, page_size)
+    pointers = decode.decode(q, *cache, lengths, tables, 2, None)
+    monkeypatch.setattr(decode._tuned_split, "configs", decode.DECODE_VARIANTS[:1])  # pinned
+    out = decode.decode(q, *cache, lengths, tables, 2, None)
+    assert_matches_torch(out, q, k, v, lengths)
+    assert torch.equal(out, pointers)
+
+
 # Both merges on the same inputs: GQA, batch 3 with lengths L (one key per query), a partial tile and two
 # whole tiles, 1 to 5 splits (some empty), contiguous and paged.
 MERGE_CASES = [
@@ -498,6 +514,18 @@ COMPILE_FOR_GPU = textwrap.dedent(
             constants = {"HEAD_DIM": 64, "BLOCK_M": 16, "BLOCK_N": 64}
             constants |= {"MERGE_IN_LAUNCH": merge, **tables}
             compiles(decode._split_kernel, constants)
+
+    # The variants with tensor descriptors, for one query and for sixteen of a group of four heads,
+    # contiguous: TMA copies in the code, no spills.
+    for config in decode.DECODE_VARIANTS:
+        for rows in (16, 64):
+            constants = {"HEAD_DIM": 128, "BLOCK_M": rows, "MERGE_IN_LAUNCH": True}
+            constants |= {"BlockTables": None, **config.kwargs}
+            compiled = compiles(
+                decode._split_kernel, constants, config.num_warps, config.num_stages
+            )
+            assert "cp.async.bulk.tensor" in compiled.asm["ptx"], constants
+            assert usage(compiled)["stack"] == 0, (constants, usage(compiled))
 
     # Each tile size the autotuner may try, at its deepest pipeline (the most shared memory), merging
     # in the launch: no spills.

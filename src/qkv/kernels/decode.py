@@ -48,12 +48,16 @@ The cache is contiguous `(B, H_kv, S, D)` or paged `(P, H_kv, page_size, D)` wit
 max_pages)`: key `j` of sequence `b` lives in page `block_tables[b, j // page_size]`, slot `j % page_size`.
 The kernel reads both the same way, a contiguous cache being the pool of B pages of S tokens whose page
 `b` belongs to sequence `b`; keys at or past a sequence's length, and table entries for pages it does not
-use, are never read. Forward only: no gradients. Limits: `qkv.kernels.contract.check_decode_inputs`.
+use, are never read. A variant for Hopper (`DECODE_VARIANTS`, which the lab's tuning tries and the autotuner
+does not) reads the full tiles through tensor descriptors (TMA) of the pool's `(rows, D)` matrix, one
+block of `BLOCK_N` rows per tile, where pages hold whole tiles (a pool of fewer than 2**31 rows: TMA's
+coordinates are int32). Forward only: no gradients. Limits: `qkv.kernels.contract.check_decode_inputs`.
 """
 
 # Triton's convention: upper-case names for pointers and compile-time constants.
 # ruff: noqa: N803, N806
 
+import contextvars
 import math
 
 import torch
@@ -62,7 +66,13 @@ import triton.language as tl
 from torch import Tensor
 
 from qkv.kernels import contract
-from qkv.kernels.flash import AUTOTUNE, INTERPRETED, LOG2E, _on_device
+from qkv.kernels.flash import (
+    AUTOTUNE,
+    INTERPRETED,
+    LOG2E,
+    _on_device,
+    _with_scratch,
+)
 
 MAX_ROWS = 64  # query rows per program: a GQA group's queries beyond this take several programs
 MERGE_ROWS = tl.constexpr(16)  # query rows the merge folds at a time
@@ -125,23 +135,27 @@ def _load_keys(
 def _attend_to_keys(
     acc, l_i, m_i,  # the running output, sum and maximum of the BLOCK_M query rows
     q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions, kv_len, start, end, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    """Fold the key tiles in `[start, end)` into the rows; MASKED tiles cross a row's diagonal."""
+    """Fold the key tiles in `[start, end)` into the rows; MASKED tiles cross a row's diagonal.
+
+    With TMA, `K` and `V` are tensor descriptors of the cache's rows (`_pool_descriptor`), and each tile,
+    full and inside one page, is one block of `BLOCK_N` consecutive rows.
+    """
     for tile in range(start, end, BLOCK_N):
         cols = tile + tl.arange(0, BLOCK_N)
-        key_rows = _key_rows(
-            BlockTable,
-            sequence,
-            kv_head,
-            cols,
-            kv_len,
-            heads_kv,
-            page_size,
-            MASKED,
-        )
-        k = _load_keys(K, key_rows, cols, kv_len, HEAD_DIM, MASKED)
-        v = _load_keys(V, key_rows, cols, kv_len, HEAD_DIM, MASKED)
+        if TMA:
+            first = _key_rows(
+                BlockTable, sequence, kv_head, tile, kv_len, heads_kv, page_size, False
+            ).to(tl.int32)  # fmt: skip
+            k = K.load([first, 0])
+            v = V.load([first, 0])
+        else:
+            key_rows = _key_rows(
+                BlockTable, sequence, kv_head, cols, kv_len, heads_kv, page_size, MASKED
+            )  # fmt: skip
+            k = _load_keys(K, key_rows, cols, kv_len, HEAD_DIM, MASKED)
+            v = _load_keys(V, key_rows, cols, kv_len, HEAD_DIM, MASKED)
         scores = (
             tl.dot(q, tl.trans(k)) * qk_scale
         )  # (BLOCK_M, BLOCK_N), in log2 units
@@ -163,6 +177,19 @@ def _attend_to_keys(
 
 
 # --8<-- [end:inner-loop]
+
+
+@triton.jit
+def _pool_descriptor(
+    Ptr, pool_rows, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """A tensor descriptor (TMA) of the cache as `(pool_rows, HEAD_DIM)` rows, read `BLOCK_N` at a time."""
+    return tl.make_tensor_descriptor(
+        Ptr,
+        shape=[pool_rows, HEAD_DIM],
+        strides=[HEAD_DIM, 1],
+        block_shape=[BLOCK_N, HEAD_DIM],
+    )
 
 
 @triton.jit
@@ -252,6 +279,7 @@ def _merge_splits(
         "num_splits",
         "max_keys",
         "batch",
+        "pool_rows",
     ]
 )
 def _split_kernel(
@@ -260,12 +288,16 @@ def _split_kernel(
     Out, Counters,  # (B, H, L, D); int32 (B * H_kv * row_blocks,), zeros (MERGE_IN_LAUNCH only)
     qk_scale, seqlen_q, heads_kv, group, page_size, max_pages, num_splits,
     max_keys, batch,  # the capacity rounded up to a power of 2, B: the autotuner's key only
+    pool_rows,  # the cache's rows, P * H_kv * page_size (or B * H_kv * S): TMA's bounds
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    MERGE_IN_LAUNCH: tl.constexpr,
+    MERGE_IN_LAUNCH: tl.constexpr, TMA: tl.constexpr = False,
 ):  # fmt: skip
     """One program: one split of one sequence's keys, for (up to BLOCK_M of) one key/value head's queries.
 
     With MERGE_IN_LAUNCH, the last of a row block's `num_splits` programs to finish merges them all.
+    With TMA, the full tiles are read through tensor descriptors, one block per tile, where a page holds
+    whole tiles (`page_size % BLOCK_N == 0`; a contiguous cache's page is its S); the tiles across the
+    diagonal, whose keys past the length must read as zeros, through pointers as without.
     """
     split = tl.program_id(0)
     sequence, kv_head, first_row, first, group_rows = _query_rows(
@@ -304,13 +336,21 @@ def _split_kernel(
     acc = tl.zeros(
         [BLOCK_M, HEAD_DIM], tl.float32
     )  # running sum of exp2(scores - m_i) @ v
+    full = lo  # full tiles from here on through pointers, those before it through TMA
+    if TMA:
+        full = tl.where(page_size % BLOCK_N == 0, mid, lo)
+        acc, l_i, m_i = _attend_to_keys(  # full tiles, whole pages of them
+            acc, l_i, m_i, q, _pool_descriptor(K, pool_rows, HEAD_DIM, BLOCK_N),
+            _pool_descriptor(V, pool_rows, HEAD_DIM, BLOCK_N), BlockTable, sequence, kv_head,
+            heads_kv, page_size, positions, kv_len, lo, full, qk_scale, HEAD_DIM, BLOCK_N, False, True,
+        )  # fmt: skip
     acc, l_i, m_i = _attend_to_keys(  # full tiles
         acc, l_i, m_i, q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions,
-        kv_len, lo, mid, qk_scale, HEAD_DIM, BLOCK_N, False,
+        kv_len, full, mid, qk_scale, HEAD_DIM, BLOCK_N, False, False,
     )  # fmt: skip
     acc, l_i, m_i = _attend_to_keys(  # tiles across the diagonal and the last key
         acc, l_i, m_i, q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions,
-        kv_len, mid, hi, qk_scale, HEAD_DIM, BLOCK_N, True,
+        kv_len, mid, hi, qk_scale, HEAD_DIM, BLOCK_N, True, False,
     )  # fmt: skip
 
     empty = (
@@ -382,6 +422,23 @@ def _configs() -> list[triton.Config]:
     return configs if AUTOTUNE else configs[:1]
 
 
+def _variants() -> list[triton.Config]:
+    """Configurations the autotuner does not try but the lab's tuning does (`qkv_lab.pinning.VARIANTS`):
+    the full tiles read through tensor descriptors (TMA), for Hopper and later."""
+    if INTERPRETED:
+        return [triton.Config({"BLOCK_N": 16, "TMA": True})]
+    shapes = [
+        (64, 4),
+        (64, 8),
+        (128, 8),
+    ]  # 128 keys at 4 warps spill at 64 rows
+    return [
+        triton.Config({"BLOCK_N": n, "TMA": True}, num_warps=w, num_stages=3)
+        for n, w in shapes
+    ]
+
+
+DECODE_VARIANTS = _variants()
 TUNING_KEY = [
     "seqlen_q",
     "group",
@@ -503,13 +560,20 @@ def decode(
     counted = None
     if merge_in_launch:
         counted = counters(q.device, batch * heads_kv * row_blocks)
-    with _on_device(q):
+
+    def launch() -> None:
         _tuned_split[(num_splits, heads_kv * row_blocks, batch)](
             q, k, v, block_tables, lengths.to(torch.int32).contiguous(), partial_out, partial_lse,
             out, counted, scale * LOG2E.value, seqlen_q, heads_kv, group, page_size, max_pages,
-            num_splits, triton.next_power_of_2(capacity), batch,
+            num_splits, triton.next_power_of_2(capacity), batch, k.numel() // head_dim,
             HEAD_DIM=head_dim, BLOCK_M=block_m, MERGE_IN_LAUNCH=merge_in_launch,
         )  # fmt: skip
+
+    with _on_device(q):
+        if any(c.kwargs.get("TMA") for c in _tuned_split.configs):  # pinned
+            contextvars.copy_context().run(_with_scratch, q.device, launch)
+        else:
+            launch()
         if not merge_in_launch:
             _merge_kernel[(1, heads_kv * row_blocks, batch)](
                 partial_out, partial_lse, out, seqlen_q, heads_kv, group, num_splits,
