@@ -224,12 +224,16 @@ def test_the_autotuner_keys_on_cache_length_and_batch():
     assert set(decode.TUNING_KEY) <= set(decode._split_kernel.arg_names)
 
 
-@pytest.mark.parametrize("page_size", [None, 16, 32, 5], ids=lambda n: f"page{n}")
-def test_descriptor_variant_matches_torch_and_the_pointers(monkeypatch, page_size):
+@pytest.mark.parametrize(
+    ("seqlen_q", "page_size"),
+    [(1, None), (3, None), (1, 16), (3, 32), (3, 5)],
+    ids=["L1-contiguous", "L3-contiguous", "L1-page16", "L3-page32", "L3-page5"],
+)
+def test_descriptor_variant_matches_torch_and_the_pointers(monkeypatch, seqlen_q, page_size):
     # 48 keys: three whole tiles of 16 under the interpreter, read through TMA where a page holds
     # whole tiles (contiguous, 16, 32), through pointers where it does not (5); lengths L, 48 and 37.
-    q, k, v = random_cache(3, 8, 2, 3, 48)
-    lengths = torch.tensor([3, 48, 37], device=DEVICE)
+    q, k, v = random_cache(3, 8, 2, seqlen_q, 48)
+    lengths = torch.tensor([seqlen_q, 48, 37], device=DEVICE)
     cache, tables = (k, v), None
     if page_size is not None:
         *cache, tables = paged(k, v, lengths, page_size)
