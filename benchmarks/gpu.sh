@@ -21,9 +21,9 @@
 #   masks   bench-masks.json: decoding (1 to 16 queries on up to 128k keys), GQA 32/8, a 4k window over
 #           64k, key padding, causal 128k (SUITES, e.g. SUITES="window long"); D = 128, bfloat16
 #   split-kv  bench-split-kv.json: qkv.decode_attention (default splits, one split, a paged cache of
-#           16-token pages) against torch's SDPA and qkv-flash: 1, 4 and 16 queries, GQA 32/8, 4k to
-#           128k keys for 4 sequences and 4k to 32k for 16; D = 128, bfloat16 (DECODE_PATHS to choose
-#           paths). About 150 cases: expect 4 to 6 minutes, compiling and autotuning included
+#           16-token pages, the merge in a launch of its own) against torch's SDPA and qkv-flash: 1, 4
+#           and 16 queries, GQA 32/8, 4k to 128k keys for 4 sequences and 4k to 32k for 16; D = 128,
+#           bfloat16 (DECODE_PATHS to choose paths). About 150 cases: expect 4 to 6 minutes, compiling and autotuning included
 #   varlen  bench-varlen.json: four causal documents of N, 3N/4, N/2 and N/4 tokens (N = 4k, 16k), padded to N
 #           for torch's SDPA and qkv-flash (key_lengths), packed for qkv-flash-varlen; D = 128, bfloat16,
 #           forward and forward + backward (VARLEN_PATHS to choose paths). 20 cases
@@ -59,7 +59,7 @@ stop=(timeout --kill-after=20)
 read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn torch-lower-right qkv-flash}"
 # torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left);
 # torch-lower-right reaches it through torch's causal_lower_right bias
-read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn torch-lower-right qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged}"
+read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn torch-lower-right qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged qkv-decode-merge-kernel}"
 read -r -a varlen_paths <<<"${VARLEN_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-flash-varlen}"
 
 for stage in "${stages[@]}"; do

@@ -44,10 +44,12 @@ def configurations():
             for causal in (False, True):
                 constants = {"HEAD_DIM": 128, "CAUSAL": causal, **padded, **config.kwargs}
                 yield name, autotuner.fn, constants, config
-    for config in decode._tuned_split.configs:
+    for config in [*decode._tuned_split.configs, *decode.DECODE_VARIANTS]:
         for block_m in (16, 64):  # one query, and sixteen, of a group of four heads
-            constants = {"HEAD_DIM": 128, "BLOCK_M": block_m, "BlockTables": None, **config.kwargs}
-            yield "decode", decode._tuned_split.fn, constants, config
+            for merge in (True, False):  # the merge in the same launch, or the merge kernel's
+                constants = {"HEAD_DIM": 128, "BLOCK_M": block_m, "BlockTables": None}
+                constants |= {"MERGE_IN_LAUNCH": merge, **config.kwargs}
+                yield "decode", decode._tuned_split.fn, constants, config
 
 
 def main() -> None:

@@ -23,6 +23,8 @@ in this order:
   causal bias instead of FA2 (`torch-lower-right`); each checked as the kernel was, then timed;
 - decoding is timed inside a CUDA graph (kernel and torch alike: at short caches the launches, not the
   kernels, set the time), and the kernels one call launches are counted, the split-KV merge included;
+  beside the kernel that merges the splits in its own launch (`qkv-decode`), its variant with the merge
+  kernel after it (`bench.VARIANT_PATHS`) is checked and timed with the same configuration, under `variants`;
 - each timing gives the fastest and the median run and the SM clock read right after it.
 
 After each case the run folder `ROOT/<date>-<gpu>/` gets `summary.json` (`qkv_lab.summary`, the schema of
@@ -225,7 +227,8 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
 
     Returns:
         The raw record: the case, `paths` (per path: status, min and median ms, SM clock, errors, graph,
-        launches), `tuning` (every trial) and `config` (the chosen configurations, as `pinning.as_dict`).
+        launches), `variants` (the kernel's `bench.VARIANT_PATHS`, timed as it is), `tuning` (every trial) and
+        `config` (the chosen configurations, as `pinning.as_dict`).
     """
     checked = Checked(case, tools.device)
     kernel_path = case.path
@@ -272,6 +275,14 @@ def measure(case: bench.Case, tools: Tools, fixed: dict | None = None) -> dict:
             "reason": "no configuration passed the check",
         }
     record["paths"][kernel_path] = kernel_record
+    record["variants"] = {}
+    for variant in (
+        bench.VARIANT_PATHS.get(kernel_path, ()) if tuned.choice else ()
+    ):
+        result = {"autotune": False, "config": kernel_record["config"]}
+        with pinning.pinned(tuned.choice):
+            time_path(checked, variant, tools, result)
+        record["variants"][variant] = result
     torch_paths = (
         DECODE_TORCH_PATHS if case.suite == "decode" else SQUARE_TORCH_PATHS
     )

@@ -34,8 +34,12 @@ KERNELS = {
     "decode": ("qkv.kernels.decode", "_tuned_split"),
 }
 # configurations a kernel's autotuner does not try but the lease does: the
-# forward's variants for Hopper (tensor descriptors, the scale in one FMA)
-VARIANTS = {"forward": ("qkv.kernels.flash", "FORWARD_VARIANTS")}
+# forward's variants for Hopper (tensor descriptors, the scale in one FMA) and
+# decoding's (tensor descriptors for the pages)
+VARIANTS = {
+    "forward": ("qkv.kernels.flash", "FORWARD_VARIANTS"),
+    "decode": ("qkv.kernels.decode", "DECODE_VARIANTS"),
+}
 
 
 def autotuner(kernel: str) -> triton.runtime.Autotuner:

@@ -66,14 +66,22 @@ def jobs(cases: list[bench.Case]) -> list[Job]:
                     for other, first in firsts.items()
                     if other != kernel
                 )
-                job = Job(shrunk, kernel, pinning.as_dict(config), others)
-                # the forward kernel is the same in both modes: compiled by whichever job comes first
-                same = (
-                    dataclasses.replace(shrunk, mode="forward")
-                    if kernel == "forward"
-                    else shrunk
-                )
-                found.setdefault((same, kernel, pinning.describe(config)), job)
+                # the case's path and its variants (bench.VARIANT_PATHS), which the lease times too
+                for path in (
+                    case.path,
+                    *bench.VARIANT_PATHS.get(case.path, ()),
+                ):
+                    run = dataclasses.replace(shrunk, path=path)
+                    job = Job(run, kernel, pinning.as_dict(config), others)
+                    # the forward kernel is the same in both modes: compiled by whichever job comes first
+                    same = (
+                        dataclasses.replace(run, mode="forward")
+                        if kernel == "forward"
+                        else run
+                    )
+                    found.setdefault(
+                        (same, kernel, pinning.describe(config)), job
+                    )
     return list(found.values())
 
 

@@ -27,6 +27,12 @@ TYPES |= dict.fromkeys(["LSE", "Delta", "PartialOut", "PartialLSE"], "*fp32")
 TYPES |= dict.fromkeys(
     ["KeyLengths", "CuSeqlensQ", "CuSeqlensK", "BlockTables", "Lengths"], "*i32"
 )
+TYPES |= {
+    "Counters": "*i32",
+    "max_keys": "i32",
+    "batch": "i32",
+    "pool_rows": "i32",
+}
 TYPES |= dict.fromkeys(
     ["seqlen_q", "seqlen_k", "bottom_right", "window", "group", "heads_kv"],
     "i32",

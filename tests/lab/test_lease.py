@@ -48,7 +48,7 @@ def tools(timer):
         timer=timer,
         clock=lambda device: 1755,
         graphed=lambda call, device: (call, True),
-        launches=lambda call, device: ["_split_kernel", "_merge_kernel"],
+        launches=lambda call, device: ["_split_kernel"],
     )
 
 
@@ -127,8 +127,12 @@ def test_every_timing_is_checked_pinned_and_clocked(tiny_lease):
     for record in decode:
         kernel = record["paths"]["qkv-decode"]
         assert kernel["graph"] is True
-        assert kernel["launches"] == ["_split_kernel", "_merge_kernel"]
+        assert kernel["launches"] == ["_split_kernel"]
         assert "torch-lower-right" in record["paths"]
+        variant = record["variants"][bench.MERGE_KERNEL_PATH]
+        assert variant["status"] == "ok", variant
+        assert (variant["graph"], variant["config"]) == (True, kernel["config"])
+        assert variant["errors"]["output"][0] <= variant["errors"]["output"][1]
 
 
 def test_the_backward_keeps_the_forward_configuration(tiny_lease):
@@ -275,9 +279,9 @@ def test_a_call_that_cannot_be_captured_is_timed_as_it_is():
     assert (kernel["status"], kernel["graph"]) == ("ok", False)
     assert kernel["graph_error"] == "operation not permitted when stream is capturing"
     assert kernel["launches"] == ["_split_kernel", "_merge_kernel"]
-    # counted at each path's timing, not at the tuning trials: the kernel pinned, torch and
-    # torch-lower-right (torch-cudnn has no CPU kernel)
-    assert len(counted) == 3
+    # counted at each path's timing, not at the tuning trials: the kernel pinned, its merge-kernel
+    # variant, torch and torch-lower-right (torch-cudnn has no CPU kernel)
+    assert len(counted) == 4
 
 
 def _case_fields(record):
@@ -307,6 +311,7 @@ def test_every_configuration_to_tune_is_compiled_once_first(monkeypatch):
         (1, 4, 2),
         (3, 4, 2),
     }
+    assert {job.case.path for job in decode} == {"qkv-decode", bench.MERGE_KERNEL_PATH}
     # under the interpreter, in this process: each job launches its configuration, pinned
     results = precompile.precompile(todo[:1], "cpu", workers=0)
     assert [error for _, _, error in results] == [None] * 5

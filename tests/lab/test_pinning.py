@@ -6,7 +6,7 @@ import torch
 import triton
 
 import qkv
-from qkv.kernels import flash
+from qkv.kernels import decode, flash
 from qkv_lab import pinning
 from qkv_lab.harness import Timing
 
@@ -60,6 +60,13 @@ def test_the_forward_candidates_include_its_variants_for_hopper():
     assert not any(config in tuner.configs for config in variants)
     assert pinning.candidates("forward", 24) == [*tuner.configs, *variants]
     assert pinning.candidates("dq", 24) == pinning.autotuner("dq").configs
+
+
+def test_the_decode_candidates_include_its_descriptor_variants():
+    tuner = pinning.autotuner("decode")
+    assert all(config.kwargs["TMA"] for config in decode.DECODE_VARIANTS)
+    assert not any(config.kwargs.get("TMA") for config in tuner.configs)
+    assert pinning.candidates("decode", 1) == [*tuner.configs, *decode.DECODE_VARIANTS]
 
 
 def test_an_unknown_kernel_is_refused():

@@ -190,17 +190,95 @@ def test_head_sizes_and_a_custom_scale_match_torch(head_dim):
 
 
 @pytest.mark.parametrize(
-    ("programs", "multiprocessors", "capacity", "splits"),
+    ("programs", "multiprocessors", "key_blocks", "splits"),
     [
-        (32, 132, 131072, 9),  # B = 4, H_kv = 8 on an H100: 9 x 32 = 288 >= 2 x 132 programs
-        (32, 132, 1024, 4),  # no split under 256 keys
-        (512, 132, 131072, 1),  # enough programs already
-        (1, 132, 10**7, 128),  # at most MAX_SPLITS
-        (4, 1, 100, 1),  # a cache shorter than one split
+        # B = 4, H_kv = 8 on an H100 or H200: 12 x 32 = 384 of 3 x 132 slots (0.97); 9 to 11 fill less
+        (32, 132, 1024, 12),
+        (32, 108, 1024, 10),  # the same on an A100: 320 of 3 x 108 slots
+        (32, 132, 8, 8),  # 1k keys in 128-key tiles: 8 splits, 256 of 2 x 132 slots (0.97)
+        (512, 132, 1024, 1),  # enough programs already: 512 of 4 x 132 slots
+        (1, 132, 10**7, 128),  # at most MAX_SPLITS, 128 of 132 slots
+        (4, 1, 1, 1),  # a cache of one tile
+        (4, 4, 10, 2),  # the interpreter's 4 multiprocessors: two whole waves
     ],
 )
-def test_default_splits_fill_the_gpu(programs, multiprocessors, capacity, splits):
-    assert decode.default_splits(programs, multiprocessors, capacity) == splits
+def test_default_splits_fill_whole_waves(programs, multiprocessors, key_blocks, splits):
+    assert decode.default_splits(programs, multiprocessors, key_blocks) == splits
+
+
+def test_default_splits_are_asked_with_the_devices_multiprocessors(monkeypatch):
+    asked = []
+    choose = decode.default_splits
+    monkeypatch.setattr(decode, "default_splits", lambda *args: asked.append(args) or choose(*args))
+    q, k, v = random_cache(1, 4, 2, 1, 40)  # B = 1, H_kv = 2, one row block: 2 programs
+    assert_matches_torch(qkv.decode_attention(q, k, v), q, k, v, torch.tensor([40]))
+    if DEVICE == "cpu":  # the interpreter's 4; 40 keys are 3 tiles of 16: 2 splits fill 4 slots
+        assert asked == [(2, 4, 3)]
+        assert choose(*asked[0]) == 2
+    else:  # 40 keys: one tile of 64 or 128 keys
+        assert asked == [(2, torch.cuda.get_device_properties(DEVICE).multi_processor_count, 1)]
+
+
+def test_the_autotuner_keys_on_cache_length_and_batch():
+    assert {"max_keys", "batch", "num_splits"} <= set(decode.TUNING_KEY)
+    assert set(decode.TUNING_KEY) <= set(decode._split_kernel.arg_names)
+
+
+@pytest.mark.parametrize(
+    ("seqlen_q", "page_size"),
+    [(1, None), (3, None), (1, 16), (3, 32), (3, 5)],
+    ids=["L1-contiguous", "L3-contiguous", "L1-page16", "L3-page32", "L3-page5"],
+)
+def test_descriptor_variant_matches_torch_and_the_pointers(monkeypatch, seqlen_q, page_size):
+    # 48 keys: three whole tiles of 16 under the interpreter, read through TMA where a page holds
+    # whole tiles (contiguous, 16, 32), through pointers where it does not (5); lengths L, 48 and 37.
+    q, k, v = random_cache(3, 8, 2, seqlen_q, 48)
+    lengths = torch.tensor([seqlen_q, 48, 37], device=DEVICE)
+    cache, tables = (k, v), None
+    if page_size is not None:
+        *cache, tables = paged(k, v, lengths, page_size)
+    pointers = decode.decode(q, *cache, lengths, tables, 2, None)
+    monkeypatch.setattr(decode._tuned_split, "configs", decode.DECODE_VARIANTS[:1])  # pinned
+    out = decode.decode(q, *cache, lengths, tables, 2, None)
+    assert_matches_torch(out, q, k, v, lengths)
+    assert torch.equal(out, pointers)
+
+
+# Both merges on the same inputs: GQA, batch 3 with lengths L (one key per query), a partial tile and two
+# whole tiles, 1 to 5 splits (some empty), contiguous and paged.
+MERGE_CASES = [
+    pytest.param(1, 1, None, id="L1-splits1"),
+    pytest.param(1, 5, None, id="L1-splits5"),
+    pytest.param(3, 2, None, id="L3-splits2"),
+    pytest.param(3, 4, 5, id="L3-splits4-page5"),
+]
+
+
+@pytest.mark.parametrize(("seqlen_q", "num_splits", "page_size"), MERGE_CASES)
+def test_merge_in_launch_and_merge_kernel_agree_bit_for_bit(seqlen_q, num_splits, page_size):
+    q, k, v = random_cache(3, 8, 2, seqlen_q, 37)
+    lengths = torch.tensor([seqlen_q, 37, 32], device=DEVICE)
+    cache, tables = (k, v), None
+    if page_size is not None:
+        *cache, tables = paged(k, v, lengths, page_size)
+    outs = [
+        decode.decode(q, *cache, lengths, tables, num_splits, None, merge_in_launch=merged)
+        for merged in (True, False)
+    ]
+    assert_matches_torch(outs[1], q, k, v, lengths)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_merge_in_launch_leaves_its_counters_at_zero():
+    q, k, v = random_cache(2, 4, 1, 2, 21)
+    lengths = torch.tensor([21, 5], device=DEVICE)
+    first = decode.decode(q, k, v, lengths, None, 3, None)
+    counters = decode._counters[q.device]
+    assert counters.numel() >= 2
+    assert not counters.any()
+    again = decode.decode(q, k, v, lengths, None, 3, None)  # a count left over would skip the merge
+    assert torch.equal(first, again)
+    assert_matches_torch(again, q, k, v, lengths)
 
 
 @interpreter_only
@@ -409,11 +487,13 @@ def test_without_triton_the_error_names_the_extra(monkeypatch):
 
 
 # Compiles both kernels to sm_90 machine code (Triton's bundled ptxas, no GPU), as test_flash.py does the
-# FlashAttention kernels: contiguous and paged, and every autotuner tile size at D = 128 and 64 rows.
+# FlashAttention kernels: contiguous and paged, both merges, and every autotuner tile size at D = 128
+# and 64 rows, merging in the launch, without spills (4 warps at 128-key tiles and 64 rows spill with
+# either merge: the 8-warp configuration of each tile size is the one checked).
 COMPILE_FOR_GPU = textwrap.dedent(
     """
     from qkv.kernels import decode
-    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90
+    from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90, usage
 
     assert not decode.INTERPRETED
 
@@ -423,18 +503,40 @@ COMPILE_FOR_GPU = textwrap.dedent(
         compiled = compile_for_sm90(kernel, constants, **options)
         assert compiled.asm["cubin"], kernel.__name__
         assert compiled.metadata.shared <= H100_SHARED_MEMORY, (constants, num_stages)
+        return compiled
 
 
-    for splits in (1, 128):
-        compiles(decode._merge_kernel, {"HEAD_DIM": 128, "BLOCK_SPLITS": splits})
+    def without_spills(kernel, constants, num_warps=4, num_stages=3):
+        found = usage(compiles(kernel, constants, num_warps, num_stages))
+        assert found["stack"] == 0, (kernel.__name__, constants, num_warps, found)
+
+
+    for rows in (16, 64):
+        without_spills(decode._merge_kernel, {"HEAD_DIM": 128, "BLOCK_M": rows})
     for tables in ({"BlockTables": None}, {}):  # contiguous, paged
-        compiles(decode._split_kernel, {"HEAD_DIM": 64, "BLOCK_M": 16, "BLOCK_N": 64, **tables})
+        for merge in (True, False):
+            constants = {"HEAD_DIM": 64, "BLOCK_M": 16, "BLOCK_N": 64}
+            constants |= {"MERGE_IN_LAUNCH": merge, **tables}
+            compiles(decode._split_kernel, constants)
 
-    # Each tile size the autotuner may try, at its deepest pipeline (the most shared memory).
+    # The variants with tensor descriptors, for one query and for sixteen of a group of four heads,
+    # contiguous: TMA copies in the code, no spills.
+    for config in decode.DECODE_VARIANTS:
+        for rows in (16, 64):
+            constants = {"HEAD_DIM": 128, "BLOCK_M": rows, "MERGE_IN_LAUNCH": True}
+            constants |= {"BlockTables": None, **config.kwargs}
+            compiled = compiles(
+                decode._split_kernel, constants, config.num_warps, config.num_stages
+            )
+            assert "cp.async.bulk.tensor" in compiled.asm["ptx"], constants
+            assert usage(compiled)["stack"] == 0, (constants, usage(compiled))
+
+    # Each tile size the autotuner may try, at its deepest pipeline (the most shared memory), merging
+    # in the launch: no spills.
     by_stages = sorted(decode._tuned_split.configs, key=lambda config: config.num_stages)
     for config in {tuple(config.kwargs.items()): config for config in by_stages}.values():
-        constants = {"HEAD_DIM": 128, "BLOCK_M": 64, **config.kwargs}
-        compiles(decode._split_kernel, constants, config.num_warps, config.num_stages)
+        constants = {"HEAD_DIM": 128, "BLOCK_M": 64, "MERGE_IN_LAUNCH": True, **config.kwargs}
+        without_spills(decode._split_kernel, constants, config.num_warps, config.num_stages)
     """
 )
 

@@ -179,7 +179,8 @@ def decode_attention(
     Query `i` of sequence `b` is its token `lengths[b] - L + i` and sees the cached tokens `0 ..
     lengths[b] - L + i` (causal, aligned bottom-right per sequence: the queries' own keys and values are
     already in the cache), exactly `qkv.paged_attention`. The keys are split into `num_splits` slices
-    read by separate programs, whose partial softmaxes are merged by their logsumexps (Flash-Decoding);
+    read by separate programs, whose partial softmaxes are merged by their logsumexps (Flash-Decoding),
+    in the same launch by the last program to finish, in split order (the same bits run after run);
     the query heads sharing a key/value head read each key tile once. Forward only: no gradients. Runs on
     CUDA tensors, and on CPU tensors under Triton's interpreter (float16 only), like `flash_attention`.
 
@@ -194,7 +195,8 @@ def decode_attention(
             when None), or `[L, max_pages * page_size]` when paged (needed then).
         block_tables: integer `(B, max_pages)`: each sequence's pages in order; entries past its last
             page are not read. None for a contiguous cache.
-        num_splits: slices of the keys per sequence, in [1, 128]; None chooses enough to fill the GPU
+        num_splits: slices of the keys per sequence, in [1, 128]; None chooses enough to fill whole
+            waves of the GPU's multiprocessors, at most one per key tile
             (`qkv.kernels.decode.default_splits`). Splits past a sequence's keys do nothing.
         scale: multiplies the scores; `1 / sqrt(D)` when None.
 

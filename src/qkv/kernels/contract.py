@@ -299,7 +299,7 @@ def _longest(name: str, given: object, lengths: list[int]) -> int:
 
 
 MAX_DECODE_QUERIES = 64  # decode_attention's L at most: a few new tokens (prefill is flash_attention's)
-MAX_SPLITS = 128  # the merge kernel holds one row's partial outputs of every split at once
+MAX_SPLITS = 128  # splits per sequence: the default's cap, past which they only add merge work
 
 
 def check_decode_inputs(

@@ -27,21 +27,37 @@ Every query sees at least key 0, so no output row is ever empty. A row can see n
 split past a short sequence's end, or one whose keys all lie past the row's diagonal): the split then
 writes zeros for it and a logsumexp of -inf, which the merge weighs by exp(-inf) = 0.
 
-Stage 2 (`_merge_kernel`), grid `(B * H * L,)`: with the splits' outputs `o_s` (each normalised by its own
-sum) and logsumexps `lse_s`, the output is `sum_s exp(lse_s - m) o_s / sum_s exp(lse_s - m)`, `m = max_s
-lse_s`. It is a Triton kernel rather than a torch reduction because the torch version takes about eight
-launches (max, subtract, exp, multiply, two sums, divide, cast) in a step that otherwise takes two.
+Stage 2, the merge: with the splits' outputs `o_s` (each normalised by its own sum) and logsumexps
+`lse_s`, the output is `sum_s exp(lse_s - m) o_s / sum_s exp(lse_s - m)`, `m = max_s lse_s`
+(`_merge_splits`, one program per row block, folding the splits in split order). By default it runs in
+the same launch (`MERGE_IN_LAUNCH`), as serial split-K matrix products and the CUDA samples' single-pass
+reduction (threadFenceReduction) finish theirs: each program, once its partial results are stored, adds one to its row block's counter
+with an atomic add (release and acquire, GPU scope), and the program that finds `num_splits - 1` there,
+the last to finish, merges the row block and sets the counter back to zero. What that costs: one int32
+per row block (`B * H_kv * row_blocks`, one buffer per device, allocated once: every launch leaves it at
+zero), one barrier and one atomic add per program, and a merge done by `B * H_kv * row_blocks`
+programs instead of a launch of its own; what it saves is that launch, a few microseconds at short
+caches, where the launches and not the keys set the time. The result does not depend on which program
+finishes last: the merger reads every split's stored result, its own included, in split order, so the
+output is the same bits run after run, and the same as the separate merge kernel's (`_merge_kernel`,
+the variant `merge_in_launch=False`, which launches `_merge_splits` after the split kernel). Two
+decodes on different CUDA streams of one device at once would share the counters: use the variant
+there.
 
 The cache is contiguous `(B, H_kv, S, D)` or paged `(P, H_kv, page_size, D)` with block tables `(B,
 max_pages)`: key `j` of sequence `b` lives in page `block_tables[b, j // page_size]`, slot `j % page_size`.
 The kernel reads both the same way, a contiguous cache being the pool of B pages of S tokens whose page
 `b` belongs to sequence `b`; keys at or past a sequence's length, and table entries for pages it does not
-use, are never read. Forward only: no gradients. Limits: `qkv.kernels.contract.check_decode_inputs`.
+use, are never read. A variant for Hopper (`DECODE_VARIANTS`, which the lab's tuning tries and the autotuner
+does not) reads the full tiles through tensor descriptors (TMA) of the pool's `(rows, D)` matrix, one
+block of `BLOCK_N` rows per tile, where pages hold whole tiles (a pool of fewer than 2**31 rows: TMA's
+coordinates are int32). Forward only: no gradients. Limits: `qkv.kernels.contract.check_decode_inputs`.
 """
 
 # Triton's convention: upper-case names for pointers and compile-time constants.
 # ruff: noqa: N803, N806
 
+import contextvars
 import math
 
 import torch
@@ -50,10 +66,22 @@ import triton.language as tl
 from torch import Tensor
 
 from qkv.kernels import contract
-from qkv.kernels.flash import AUTOTUNE, INTERPRETED, LOG2E, _on_device
+from qkv.kernels.flash import (
+    AUTOTUNE,
+    INTERPRETED,
+    LOG2E,
+    _on_device,
+    _with_scratch,
+)
 
 MAX_ROWS = 64  # query rows per program: a GQA group's queries beyond this take several programs
-MIN_KEYS_PER_SPLIT = 256  # the default never splits finer: each program gets a few tiles at least
+MERGE_ROWS = tl.constexpr(16)  # query rows the merge folds at a time
+# The default number of splits: at least MIN_WAVES programs per multiprocessor where the keys allow, and
+# at most 1 - WAVE_FILL of its waves' program slots idle. Off CUDA (the interpreter runs one program at
+# a time) it counts INTERPRETED_MULTIPROCESSORS, which splits the tests' small caches.
+MIN_WAVES = 2
+WAVE_FILL = 0.9
+INTERPRETED_MULTIPROCESSORS = 4
 
 
 @triton.jit
@@ -107,23 +135,27 @@ def _load_keys(
 def _attend_to_keys(
     acc, l_i, m_i,  # the running output, sum and maximum of the BLOCK_M query rows
     q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions, kv_len, start, end, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    """Fold the key tiles in `[start, end)` into the rows; MASKED tiles cross a row's diagonal."""
+    """Fold the key tiles in `[start, end)` into the rows; MASKED tiles cross a row's diagonal.
+
+    With TMA, `K` and `V` are tensor descriptors of the cache's rows (`_pool_descriptor`), and each tile,
+    full and inside one page, is one block of `BLOCK_N` consecutive rows.
+    """
     for tile in range(start, end, BLOCK_N):
         cols = tile + tl.arange(0, BLOCK_N)
-        key_rows = _key_rows(
-            BlockTable,
-            sequence,
-            kv_head,
-            cols,
-            kv_len,
-            heads_kv,
-            page_size,
-            MASKED,
-        )
-        k = _load_keys(K, key_rows, cols, kv_len, HEAD_DIM, MASKED)
-        v = _load_keys(V, key_rows, cols, kv_len, HEAD_DIM, MASKED)
+        if TMA:
+            first = _key_rows(
+                BlockTable, sequence, kv_head, tile, kv_len, heads_kv, page_size, False
+            ).to(tl.int32)  # fmt: skip
+            k = K.load([first, 0])
+            v = V.load([first, 0])
+        else:
+            key_rows = _key_rows(
+                BlockTable, sequence, kv_head, cols, kv_len, heads_kv, page_size, MASKED
+            )  # fmt: skip
+            k = _load_keys(K, key_rows, cols, kv_len, HEAD_DIM, MASKED)
+            v = _load_keys(V, key_rows, cols, kv_len, HEAD_DIM, MASKED)
         scores = (
             tl.dot(q, tl.trans(k)) * qk_scale
         )  # (BLOCK_M, BLOCK_N), in log2 units
@@ -147,6 +179,96 @@ def _attend_to_keys(
 # --8<-- [end:inner-loop]
 
 
+@triton.jit
+def _pool_descriptor(
+    Ptr, pool_rows, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """A tensor descriptor (TMA) of the cache as `(pool_rows, HEAD_DIM)` rows, read `BLOCK_N` at a time."""
+    return tl.make_tensor_descriptor(
+        Ptr,
+        shape=[pool_rows, HEAD_DIM],
+        strides=[HEAD_DIM, 1],
+        block_shape=[BLOCK_N, HEAD_DIM],
+    )
+
+
+@triton.jit
+def _query_rows(seqlen_q, heads_kv, group, BLOCK_M: tl.constexpr):
+    """This program's sequence and its `BLOCK_M` query rows, for a grid `(splits, H_kv * row_blocks, B)`.
+
+    Returns `sequence`, `kv_head`, `first_row` (the key/value head's first row in `(B, H, L)` order),
+    `first` (the program's first row `r` of the head's, query `r % L` of head `kv_head * group + r //
+    L`) and `group_rows`, the head's `group * L` rows.
+    """
+    group_rows = (
+        group * seqlen_q
+    )  # the queries of one key/value head: group heads x L tokens
+    row_blocks = tl.cdiv(group_rows, BLOCK_M)
+    kv_head = tl.program_id(1) // row_blocks
+    first = tl.program_id(1) % row_blocks * BLOCK_M
+    sequence = tl.program_id(2)
+    first_row = (sequence.to(tl.int64) * heads_kv + kv_head) * group_rows
+    return sequence, kv_head, first_row, first, group_rows
+
+
+# --8<-- [start:merge-splits]
+@triton.jit
+def _merge_splits(
+    PartialOut, PartialLSE, Out, first_row, first, group_rows, num_splits,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Write rows `[first, first + BLOCK_M)`' outputs: the splits' `o_s`, in split order, weighted by `exp(lse_s)`.
+
+    Folded as the online softmax folds key tiles, the running maximum `m` of the logsumexps keeping the
+    weights finite: `out = sum_s exp(lse_s - m) o_s / sum_s exp(lse_s - m)`; `MERGE_ROWS` rows at a
+    time, which keeps the registers it adds to the split kernel's few. The partial results are read from
+    L2 (`.cg`), past the L1 cache, which another program's writes do not update.
+    """
+    dims = tl.arange(0, HEAD_DIM)
+    for start in range(first, first + BLOCK_M, MERGE_ROWS):
+        rows = start + tl.arange(0, MERGE_ROWS)
+        kept = rows < group_rows
+        slots = (
+            first_row + rows
+        ) * num_splits  # (MERGE_ROWS,): each row's split 0
+        m = tl.full([MERGE_ROWS], float("-inf"), tl.float32)
+        total = tl.zeros([MERGE_ROWS], tl.float32)  # sum_s exp(lse_s - m)
+        acc = tl.zeros(
+            [MERGE_ROWS, HEAD_DIM], tl.float32
+        )  # sum_s exp(lse_s - m) o_s
+        for split in range(num_splits):
+            lse = tl.load(
+                PartialLSE + slots + split,
+                mask=kept,
+                other=float("-inf"),
+                cache_modifier=".cg",
+            )
+            partial = tl.load(
+                PartialOut
+                + (slots + split)[:, None] * HEAD_DIM
+                + dims[None, :],
+                mask=kept[:, None],
+                other=0.0,
+                cache_modifier=".cg",
+            )
+            m_new = tl.maximum(m, lse)
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no split yet
+            alpha = tl.exp(m - shift)
+            weight = tl.exp(lse - shift)  # 0 for a split that saw no key
+            total = total * alpha + weight
+            acc = acc * alpha[:, None] + weight[:, None] * partial
+            m = m_new
+        total = tl.where(kept, total, 1.0)  # rows past the group's: nothing
+        tl.store(
+            Out + (first_row + rows)[:, None] * HEAD_DIM + dims[None, :],
+            (acc / total[:, None]).to(Out.dtype.element_ty),
+            mask=kept[:, None],
+        )
+
+
+# --8<-- [end:merge-splits]
+
+
 # --8<-- [start:split-kernel]
 @triton.jit(
     do_not_specialize=[
@@ -155,33 +277,39 @@ def _attend_to_keys(
         "group",
         "page_size",
         "num_splits",
+        "max_keys",
+        "batch",
+        "pool_rows",
     ]
 )
 def _split_kernel(
     Q, K, V, BlockTables, Lengths,  # (B, H, L, D), cache twice, (B, max_pages) or None, (B,)
     PartialOut, PartialLSE,  # (B * H * L, num_splits, D), (B * H * L, num_splits), float32
+    Out, Counters,  # (B, H, L, D); int32 (B * H_kv * row_blocks,), zeros (MERGE_IN_LAUNCH only)
     qk_scale, seqlen_q, heads_kv, group, page_size, max_pages, num_splits,
+    max_keys, batch,  # the capacity rounded up to a power of 2, B: the autotuner's key only
+    pool_rows,  # the cache's rows, P * H_kv * page_size (or B * H_kv * S): TMA's bounds
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MERGE_IN_LAUNCH: tl.constexpr, TMA: tl.constexpr = False,
 ):  # fmt: skip
-    """One program: one split of one sequence's keys, for (up to BLOCK_M of) one key/value head's queries."""
+    """One program: one split of one sequence's keys, for (up to BLOCK_M of) one key/value head's queries.
+
+    With MERGE_IN_LAUNCH, the last of a row block's `num_splits` programs to finish merges them all.
+    With TMA, the full tiles are read through tensor descriptors, one block per tile, where a page holds
+    whole tiles (`page_size % BLOCK_N == 0`; a contiguous cache's page is its S); the tiles across the
+    diagonal, whose keys past the length must read as zeros, through pointers as without.
+    """
     split = tl.program_id(0)
-    group_rows = (
-        group * seqlen_q
-    )  # the queries of one key/value head: group heads x L tokens
-    row_blocks = tl.cdiv(group_rows, BLOCK_M)
-    kv_head = tl.program_id(1) // row_blocks
-    rows = tl.program_id(1) % row_blocks * BLOCK_M + tl.arange(
-        0, BLOCK_M
-    )  # r = member * L + i
-    sequence = tl.program_id(2)
-    first_row = (
-        sequence.to(tl.int64) * heads_kv + kv_head
-    ) * group_rows  # in (B, H, L) order
+    sequence, kv_head, first_row, first, group_rows = _query_rows(
+        seqlen_q, heads_kv, group, BLOCK_M
+    )
+    rows = first + tl.arange(0, BLOCK_M)  # r = member * L + i
+    kept = rows < group_rows
     q = tl.load(
         Q
         + (first_row + rows[:, None]) * HEAD_DIM
         + tl.arange(0, HEAD_DIM)[None, :],
-        mask=(rows < group_rows)[:, None],
+        mask=kept[:, None],
         other=0.0,
     )
     BlockTable = BlockTables
@@ -208,13 +336,21 @@ def _split_kernel(
     acc = tl.zeros(
         [BLOCK_M, HEAD_DIM], tl.float32
     )  # running sum of exp2(scores - m_i) @ v
+    full = lo  # full tiles from here on through pointers, those before it through TMA
+    if TMA:
+        full = tl.where(page_size % BLOCK_N == 0, mid, lo)
+        acc, l_i, m_i = _attend_to_keys(  # full tiles, whole pages of them
+            acc, l_i, m_i, q, _pool_descriptor(K, pool_rows, HEAD_DIM, BLOCK_N),
+            _pool_descriptor(V, pool_rows, HEAD_DIM, BLOCK_N), BlockTable, sequence, kv_head,
+            heads_kv, page_size, positions, kv_len, lo, full, qk_scale, HEAD_DIM, BLOCK_N, False, True,
+        )  # fmt: skip
     acc, l_i, m_i = _attend_to_keys(  # full tiles
         acc, l_i, m_i, q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions,
-        kv_len, lo, mid, qk_scale, HEAD_DIM, BLOCK_N, False,
+        kv_len, full, mid, qk_scale, HEAD_DIM, BLOCK_N, False, False,
     )  # fmt: skip
     acc, l_i, m_i = _attend_to_keys(  # tiles across the diagonal and the last key
         acc, l_i, m_i, q, K, V, BlockTable, sequence, kv_head, heads_kv, page_size, positions,
-        kv_len, mid, hi, qk_scale, HEAD_DIM, BLOCK_N, True,
+        kv_len, mid, hi, qk_scale, HEAD_DIM, BLOCK_N, True, False,
     )  # fmt: skip
 
     empty = (
@@ -225,7 +361,6 @@ def _split_kernel(
     slots = (
         first_row + rows
     ) * num_splits + split  # (BLOCK_M,): this split's entry of each row
-    kept = rows < group_rows
     dims = tl.arange(0, HEAD_DIM)
     tl.store(
         PartialOut + slots[:, None] * HEAD_DIM + dims[None, :],
@@ -234,46 +369,47 @@ def _split_kernel(
     )
     tl.store(PartialLSE + slots, lse, mask=kept)
 
+    if MERGE_IN_LAUNCH:
+        # All of this program's stores, then one count; its release publishes them to whichever
+        # program counts last, whose acquire makes every split's stores visible to it.
+        tl.debug_barrier()
+        counter = Counters + sequence * tl.num_programs(1) + tl.program_id(1)
+        arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            tl.debug_barrier()
+            _merge_splits(
+                PartialOut, PartialLSE, Out, first_row, first, group_rows,
+                num_splits, HEAD_DIM, BLOCK_M,
+            )  # fmt: skip
+            tl.store(counter, 0)  # zeros again for the next launch
+
 
 # --8<-- [end:split-kernel]
 
 
 # --8<-- [start:merge-kernel]
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit(do_not_specialize=["seqlen_q", "heads_kv", "group", "num_splits"])
 def _merge_kernel(
-    PartialOut, PartialLSE, Out,  # (B * H * L, num_splits, D), (B * H * L, num_splits), (B * H * L, D)
-    num_splits, HEAD_DIM: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    PartialOut, PartialLSE, Out,  # (B * H * L, num_splits, D), (B * H * L, num_splits), (B, H, L, D)
+    seqlen_q, heads_kv, group, num_splits,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """One program: one query row's output, the splits' outputs weighted by their share of the softmax."""
-    row = tl.program_id(0).to(tl.int64)
-    splits = tl.arange(0, BLOCK_SPLITS)
-    dims = tl.arange(0, HEAD_DIM)
-    real = splits < num_splits
-    lse = tl.load(
-        PartialLSE + row * num_splits + splits, mask=real, other=float("-inf")
+    """One program, grid `(1, H_kv * row_blocks, B)`: the merge of one row block, a launch of its own."""
+    _, _, first_row, first, group_rows = _query_rows(
+        seqlen_q, heads_kv, group, BLOCK_M
     )
-    weights = tl.exp(
-        lse - tl.max(lse, 0)
-    )  # (BLOCK_SPLITS,): exp(lse_s - m), 0 for empty splits
-    pointers = (
-        PartialOut
-        + (row * num_splits + splits[:, None]) * HEAD_DIM
-        + dims[None, :]
-    )
-    partial = tl.load(
-        pointers, mask=real[:, None], other=0.0
-    )  # (BLOCK_SPLITS, HEAD_DIM)
-    out = tl.sum(weights[:, None] * partial, 0) / tl.sum(
-        weights, 0
-    )  # (HEAD_DIM,)
-    tl.store(Out + row * HEAD_DIM + dims, out.to(Out.dtype.element_ty))
+    _merge_splits(
+        PartialOut, PartialLSE, Out, first_row, first, group_rows, num_splits,
+        HEAD_DIM, BLOCK_M,
+    )  # fmt: skip
 
 
 # --8<-- [end:merge-kernel]
 
 
-# Launch configurations. On a GPU the autotuner times these once per (L, group, page size, head size);
-# `QKV_FLASH_AUTOTUNE=0` runs the first. Under the interpreter, 16-key tiles keep the tests' shapes small.
+# Launch configurations. On a GPU the autotuner times these once per (L, group, page size, head size,
+# capacity rounded up to a power of 2, B, splits, merge); `QKV_FLASH_AUTOTUNE=0` runs the first. Under
+# the interpreter, 16-key tiles keep the tests' shapes small.
 def _configs() -> list[triton.Config]:
     if INTERPRETED:
         return [triton.Config({"BLOCK_N": 16})]
@@ -286,9 +422,35 @@ def _configs() -> list[triton.Config]:
     return configs if AUTOTUNE else configs[:1]
 
 
-_tuned_split = triton.autotune(
-    _configs(), key=["seqlen_q", "group", "page_size", "HEAD_DIM", "BLOCK_M"]
-)(_split_kernel)
+def _variants() -> list[triton.Config]:
+    """Configurations the autotuner does not try but the lab's tuning does (`qkv_lab.pinning.VARIANTS`):
+    the full tiles read through tensor descriptors (TMA), for Hopper and later."""
+    if INTERPRETED:
+        return [triton.Config({"BLOCK_N": 16, "TMA": True})]
+    shapes = [
+        (64, 4),
+        (64, 8),
+        (128, 8),
+    ]  # 128 keys at 4 warps spill at 64 rows
+    return [
+        triton.Config({"BLOCK_N": n, "TMA": True}, num_warps=w, num_stages=3)
+        for n, w in shapes
+    ]
+
+
+DECODE_VARIANTS = _variants()
+TUNING_KEY = [
+    "seqlen_q",
+    "group",
+    "page_size",
+    "max_keys",
+    "batch",
+    "num_splits",
+    "HEAD_DIM",
+    "BLOCK_M",
+    "MERGE_IN_LAUNCH",
+]
+_tuned_split = triton.autotune(_configs(), key=TUNING_KEY)(_split_kernel)
 
 
 def rows_per_program(group: int, seqlen_q: int) -> int:
@@ -296,18 +458,60 @@ def rows_per_program(group: int, seqlen_q: int) -> int:
     return min(max(16, triton.next_power_of_2(group * seqlen_q)), MAX_ROWS)
 
 
-def default_splits(programs: int, multiprocessors: int, capacity: int) -> int:
-    """How many splits fill the GPU: enough that `programs * splits` is at least twice its
-    multiprocessors, with at least `MIN_KEYS_PER_SPLIT` of the `capacity` keys per split.
+def wave_fill(programs: int, multiprocessors: int) -> float:
+    """The share of the waves' program slots that `programs` use, a wave being one per multiprocessor."""
+    waves = math.ceil(programs / multiprocessors)
+    return programs / (waves * multiprocessors)
+
+
+def default_splits(programs: int, multiprocessors: int, key_blocks: int) -> int:
+    """How many splits fill whole waves of the GPU's multiprocessors, at most one per key block.
+
+    The fewest splits `s` for which `programs * s` is at least `MIN_WAVES` waves and fills at least
+    `WAVE_FILL` of the waves' slots (`wave_fill`); where no `s` up to `min(key_blocks, MAX_SPLITS)`
+    does both, the one that fills its waves best (the most splits among equals).
 
     Args:
         programs: programs without splitting, `B * H_kv * row blocks`.
-        multiprocessors: the GPU's streaming multiprocessors (132 on an H100 SXM).
-        capacity: keys a sequence may hold (S, or `max_pages * page_size`).
+        multiprocessors: the GPU's streaming multiprocessors (132 on an H100 SXM or an H200).
+        key_blocks: a sequence's capacity (S, or `max_pages * page_size`) in tiles of the widest
+            `BLOCK_N` the autotuner holds: more splits would leave some without a tile.
     """
-    wanted = math.ceil(2 * multiprocessors / programs)
-    most = max(1, capacity // MIN_KEYS_PER_SPLIT)
-    return max(1, min(wanted, most, contract.MAX_SPLITS))
+    most = max(1, min(key_blocks, contract.MAX_SPLITS))
+    splits = range(1, most + 1)
+    for s in splits:
+        waves_enough = programs * s >= MIN_WAVES * multiprocessors
+        if (
+            waves_enough
+            and wave_fill(programs * s, multiprocessors) >= WAVE_FILL
+        ):
+            return s
+    return max(
+        splits, key=lambda s: (wave_fill(programs * s, multiprocessors), s)
+    )
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The device's streaming multiprocessors; `INTERPRETED_MULTIPROCESSORS` off CUDA."""
+    if device.type != "cuda":
+        return INTERPRETED_MULTIPROCESSORS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+_counters: dict[torch.device, Tensor] = {}
+
+
+def counters(device: torch.device, size: int) -> Tensor:
+    """`size` int32 zeros that MERGE_IN_LAUNCH counts in: one buffer per device, kept, since each launch
+    leaves it at zero. A larger one replaces it; under CUDA graph capture a new one is not kept (its
+    memory belongs to the graph) and its zero fill is one launch more."""
+    found = _counters.get(device)
+    if found is not None and found.numel() >= size:
+        return found
+    zeros = torch.zeros(size, dtype=torch.int32, device=device)
+    if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+        _counters[device] = zeros
+    return zeros
 
 
 def decode(
@@ -318,8 +522,11 @@ def decode(
     block_tables: Tensor | None,
     num_splits: int | None,
     scale: float | None,
+    *,
+    merge_in_launch: bool = True,
 ) -> Tensor:
-    """Launch both stages on inputs that `contract.check_decode_inputs` accepts; `lengths` is `(B,)`."""
+    """Run the split kernel, merging in the same launch or (`merge_in_launch=False`) in the merge
+    kernel after it, on inputs that `contract.check_decode_inputs` accepts; `lengths` is `(B,)`."""
     batch, heads, seqlen_q, head_dim = q.shape
     heads_kv = k.size(1)
     group = heads // heads_kv
@@ -330,16 +537,13 @@ def decode(
     if block_tables is not None:
         max_pages = block_tables.size(1)
         block_tables = block_tables.to(torch.int32).contiguous()
+    capacity = max_pages * page_size
     if num_splits is None:
-        multiprocessors = 1  # under the interpreter: one program at a time
-        if q.is_cuda:
-            multiprocessors = torch.cuda.get_device_properties(
-                q.device
-            ).multi_processor_count
+        widest = max(c.kwargs["BLOCK_N"] for c in _tuned_split.configs)
         num_splits = default_splits(
             batch * heads_kv * row_blocks,
-            multiprocessors,
-            max_pages * page_size,
+            multiprocessors(q.device),
+            triton.cdiv(capacity, widest),
         )
     scale = 1 / math.sqrt(head_dim) if scale is None else scale
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -353,16 +557,28 @@ def decode(
     out = torch.empty_like(
         q
     )  # (B, H, L, D), its rows in (B, H, L) order like the partial ones
-    with _on_device(q):
+    counted = None
+    if merge_in_launch:
+        counted = counters(q.device, batch * heads_kv * row_blocks)
+
+    def launch() -> None:
         _tuned_split[(num_splits, heads_kv * row_blocks, batch)](
             q, k, v, block_tables, lengths.to(torch.int32).contiguous(), partial_out, partial_lse,
-            scale * LOG2E.value, seqlen_q, heads_kv, group, page_size, max_pages, num_splits,
-            HEAD_DIM=head_dim, BLOCK_M=block_m,
+            out, counted, scale * LOG2E.value, seqlen_q, heads_kv, group, page_size, max_pages,
+            num_splits, triton.next_power_of_2(capacity), batch, k.numel() // head_dim,
+            HEAD_DIM=head_dim, BLOCK_M=block_m, MERGE_IN_LAUNCH=merge_in_launch,
         )  # fmt: skip
-        _merge_kernel[(rows,)](
-            partial_out, partial_lse, out, num_splits,
-            HEAD_DIM=head_dim, BLOCK_SPLITS=triton.next_power_of_2(num_splits),
-        )  # fmt: skip
+
+    with _on_device(q):
+        if any(c.kwargs.get("TMA") for c in _tuned_split.configs):  # pinned
+            contextvars.copy_context().run(_with_scratch, q.device, launch)
+        else:
+            launch()
+        if not merge_in_launch:
+            _merge_kernel[(1, heads_kv * row_blocks, batch)](
+                partial_out, partial_lse, out, seqlen_q, heads_kv, group, num_splits,
+                HEAD_DIM=head_dim, BLOCK_M=block_m,
+            )  # fmt: skip
     return out
 
 
