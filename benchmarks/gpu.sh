@@ -59,7 +59,7 @@ stop=(timeout --kill-after=20)
 read -r -a paths <<<"${PATHS:-torch torch-flash torch-efficient torch-cudnn torch-lower-right qkv-flash}"
 # torch-flash takes no explicit mask, which bottom-right causal needs (torch's is_causal is top-left);
 # torch-lower-right reaches it through torch's causal_lower_right bias
-read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn torch-lower-right qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged qkv-decode-merge-kernel}"
+read -r -a decode_paths <<<"${DECODE_PATHS:-torch torch-efficient torch-cudnn torch-lower-right qkv-flash qkv-decode qkv-decode-unsplit qkv-decode-paged qkv-decode-merge-in-launch}"
 read -r -a varlen_paths <<<"${VARLEN_PATHS:-torch torch-efficient torch-cudnn qkv-flash qkv-flash-varlen}"
 
 for stage in "${stages[@]}"; do

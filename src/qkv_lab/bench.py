@@ -15,11 +15,11 @@ Paths measured:
 - `qkv-flash-varlen`: `qkv.flash_attention_varlen`, the same kernels on the documents of a `varlen` case packed
   one after another (CUDA only; other cases are `unsupported`). Like the decoding paths, it is checked on its
   first call and then runs the kernels without the checks, which read the lengths back from the GPU;
-- `qkv-decode`, `qkv-decode-unsplit`, `qkv-decode-paged`, `qkv-decode-merge-kernel`: `qkv.decode_attention`,
+- `qkv-decode`, `qkv-decode-unsplit`, `qkv-decode-paged`, `qkv-decode-merge-in-launch`: `qkv.decode_attention`,
   the split-KV decoding kernels (CUDA only), for bottom-right causal cases without window or padding (others
   are `unsupported`): with its default number of splits, with one split (no split: what splitting buys),
   reading the same cache copied into a shuffled pool of `DECODE_PAGE_SIZE`-token pages (what the block
-  tables cost), and merging the splits in a second launch instead of the first's (what that launch costs). The
+  tables cost), and merging the splits in the split kernel's own launch (what the merge kernel's launch costs). The
   inputs are checked once, before timing, as a model checks its tables once per step: the time is the
   kernels' (`qkv.kernels.decode.decode`), not the checks', which read the lengths back from the GPU.
 
@@ -108,16 +108,16 @@ TORCH_BACKENDS = {
     "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
 }
 VARLEN_PATH = "qkv-flash-varlen"
-MERGE_KERNEL_PATH = "qkv-decode-merge-kernel"
+MERGE_IN_LAUNCH_PATH = "qkv-decode-merge-in-launch"
 DECODE_PATHS = (
     "qkv-decode",
     "qkv-decode-unsplit",
     "qkv-decode-paged",
-    MERGE_KERNEL_PATH,
+    MERGE_IN_LAUNCH_PATH,
 )
 KERNEL_PATHS = ("qkv-flash", VARLEN_PATH, *DECODE_PATHS)  # CUDA only
 # a kernel path -> the same kernels run another way, timed beside it with its configuration (the lease)
-VARIANT_PATHS = {"qkv-decode": (MERGE_KERNEL_PATH,)}
+VARIANT_PATHS = {"qkv-decode": (MERGE_IN_LAUNCH_PATH,)}
 LOWER_RIGHT_PATH = "torch-lower-right"
 PATHS = ("reference", "torch", *TORCH_BACKENDS, LOWER_RIGHT_PATH, *KERNEL_PATHS)
 MODES = ("forward", "forward+backward")
@@ -343,7 +343,7 @@ def _decode_function(path: str) -> Attention:
         ]
         return decode.decode(
             q, key_cache, value_cache, lengths, tables, num_splits, None,
-            merge_in_launch=path != MERGE_KERNEL_PATH,
+            merge_in_launch=path == MERGE_IN_LAUNCH_PATH,
         )  # fmt: skip
 
     return call

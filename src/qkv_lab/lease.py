@@ -23,8 +23,8 @@ in this order:
   causal bias instead of FA2 (`torch-lower-right`); each checked as the kernel was, then timed;
 - decoding is timed inside a CUDA graph (kernel and torch alike: at short caches the launches, not the
   kernels, set the time), and the kernels one call launches are counted, the split-KV merge included;
-  beside the kernel that merges the splits in its own launch (`qkv-decode`), its variant with the merge
-  kernel after it (`bench.VARIANT_PATHS`) is checked and timed with the same configuration, under `variants`;
+  beside the kernel with its merge kernel after it (`qkv-decode`), its variant that merges the splits in
+  the split kernel's own launch (`bench.VARIANT_PATHS`) is checked and timed with the same configuration, under `variants`;
 - each timing gives the fastest and the median run and the SM clock read right after it.
 
 After each case the run folder `ROOT/<date>-<gpu>/` gets `summary.json` (`qkv_lab.summary`, the schema of

@@ -129,7 +129,7 @@ def test_every_timing_is_checked_pinned_and_clocked(tiny_lease):
         assert kernel["graph"] is True
         assert kernel["launches"] == ["_split_kernel"]
         assert "torch-lower-right" in record["paths"]
-        variant = record["variants"][bench.MERGE_KERNEL_PATH]
+        variant = record["variants"][bench.MERGE_IN_LAUNCH_PATH]
         assert variant["status"] == "ok", variant
         assert (variant["graph"], variant["config"]) == (True, kernel["config"])
         assert variant["errors"]["output"][0] <= variant["errors"]["output"][1]
@@ -279,7 +279,7 @@ def test_a_call_that_cannot_be_captured_is_timed_as_it_is():
     assert (kernel["status"], kernel["graph"]) == ("ok", False)
     assert kernel["graph_error"] == "operation not permitted when stream is capturing"
     assert kernel["launches"] == ["_split_kernel", "_merge_kernel"]
-    # counted at each path's timing, not at the tuning trials: the kernel pinned, its merge-kernel
+    # counted at each path's timing, not at the tuning trials: the kernel pinned, its merge-in-launch
     # variant, torch and torch-lower-right (torch-cudnn has no CPU kernel)
     assert len(counted) == 4
 
@@ -311,7 +311,7 @@ def test_every_configuration_to_tune_is_compiled_once_first(monkeypatch):
         (1, 4, 2),
         (3, 4, 2),
     }
-    assert {job.case.path for job in decode} == {"qkv-decode", bench.MERGE_KERNEL_PATH}
+    assert {job.case.path for job in decode} == {"qkv-decode", bench.MERGE_IN_LAUNCH_PATH}
     # under the interpreter, in this process: each job launches its configuration, pinned
     results = precompile.precompile(todo[:1], "cpu", workers=0)
     assert [error for _, _, error in results] == [None] * 5

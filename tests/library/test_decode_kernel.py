@@ -272,11 +272,12 @@ def test_merge_in_launch_and_merge_kernel_agree_bit_for_bit(seqlen_q, num_splits
 def test_merge_in_launch_leaves_its_counters_at_zero():
     q, k, v = random_cache(2, 4, 1, 2, 21)
     lengths = torch.tensor([21, 5], device=DEVICE)
-    first = decode.decode(q, k, v, lengths, None, 3, None)
-    counters = decode._counters[q.device]
+    first = decode.decode(q, k, v, lengths, None, 3, None, merge_in_launch=True)
+    counters = decode._counters[q.device, 0]
     assert counters.numel() >= 2
     assert not counters.any()
-    again = decode.decode(q, k, v, lengths, None, 3, None)  # a count left over would skip the merge
+    # a count left over would skip the merge
+    again = decode.decode(q, k, v, lengths, None, 3, None, merge_in_launch=True)
     assert torch.equal(first, again)
     assert_matches_torch(again, q, k, v, lengths)
 

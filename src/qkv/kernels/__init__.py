@@ -180,7 +180,7 @@ def decode_attention(
     lengths[b] - L + i` (causal, aligned bottom-right per sequence: the queries' own keys and values are
     already in the cache), exactly `qkv.paged_attention`. The keys are split into `num_splits` slices
     read by separate programs, whose partial softmaxes are merged by their logsumexps (Flash-Decoding),
-    in the same launch by the last program to finish, in split order (the same bits run after run);
+    by a second kernel, in split order (the same bits run after run);
     the query heads sharing a key/value head read each key tile once. Forward only: no gradients. Runs on
     CUDA tensors, and on CPU tensors under Triton's interpreter (float16 only), like `flash_attention`.
 

@@ -29,9 +29,10 @@ writes zeros for it and a logsumexp of -inf, which the merge weighs by exp(-inf)
 
 Stage 2, the merge: with the splits' outputs `o_s` (each normalised by its own sum) and logsumexps
 `lse_s`, the output is `sum_s exp(lse_s - m) o_s / sum_s exp(lse_s - m)`, `m = max_s lse_s`
-(`_merge_splits`, one program per row block, folding the splits in split order). By default it runs in
-the same launch (`MERGE_IN_LAUNCH`), as serial split-K matrix products and the CUDA samples' single-pass
-reduction (threadFenceReduction) finish theirs: each program, once its partial results are stored, adds one to its row block's counter
+(`_merge_splits`, one program per row block, folding the splits in split order). By default the merge is
+a launch of its own (`_merge_kernel`). The variant `merge_in_launch=True` (`MERGE_IN_LAUNCH`) runs it in the
+same launch, as serial split-K matrix products and the CUDA samples' single-pass reduction
+(threadFenceReduction) finish theirs: each program, once its partial results are stored, adds one to its row block's counter
 with an atomic add (release and acquire, GPU scope), and the program that finds `num_splits - 1` there,
 the last to finish, merges the row block and sets the counter back to zero. What that costs: one int32
 per row block (`B * H_kv * row_blocks`, one buffer per device, allocated once: every launch leaves it at
@@ -39,10 +40,10 @@ zero), one barrier and one atomic add per program, and a merge done by `B * H_kv
 programs instead of a launch of its own; what it saves is that launch, a few microseconds at short
 caches, where the launches and not the keys set the time. The result does not depend on which program
 finishes last: the merger reads every split's stored result, its own included, in split order, so the
-output is the same bits run after run, and the same as the separate merge kernel's (`_merge_kernel`,
-the variant `merge_in_launch=False`, which launches `_merge_splits` after the split kernel). Two
-decodes on different CUDA streams of one device at once would share the counters: use the variant
-there.
+output is the same bits run after run, and the same as the separate merge kernel's. The counters are
+kept per CUDA stream, so decodes on two streams at once do not share them. The variant is not the
+default until a GPU run has checked and timed it (the lab's lease does both, `qkv_lab.lease`): the
+interpreter runs programs one at a time and cannot test the ordering that the counter relies on.
 
 The cache is contiguous `(B, H_kv, S, D)` or paged `(P, H_kv, page_size, D)` with block tables `(B,
 max_pages)`: key `j` of sequence `b` lives in page `block_tables[b, j // page_size]`, slot `j % page_size`.
@@ -498,19 +499,21 @@ def multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-_counters: dict[torch.device, Tensor] = {}
+_counters: dict[tuple[torch.device, int], Tensor] = {}
 
 
 def counters(device: torch.device, size: int) -> Tensor:
-    """`size` int32 zeros that MERGE_IN_LAUNCH counts in: one buffer per device, kept, since each launch
-    leaves it at zero. A larger one replaces it; under CUDA graph capture a new one is not kept (its
-    memory belongs to the graph) and its zero fill is one launch more."""
-    found = _counters.get(device)
+    """`size` int32 zeros that MERGE_IN_LAUNCH counts in: one buffer per device and stream, kept, since
+    each launch leaves it at zero. A larger one replaces it; under CUDA graph capture a new one is not
+    kept (its memory belongs to the graph) and its zero fill is one launch more."""
+    cuda = device.type == "cuda"
+    stream = torch.cuda.current_stream(device).cuda_stream if cuda else 0
+    found = _counters.get((device, stream))
     if found is not None and found.numel() >= size:
         return found
     zeros = torch.zeros(size, dtype=torch.int32, device=device)
-    if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
-        _counters[device] = zeros
+    if not cuda or not torch.cuda.is_current_stream_capturing():
+        _counters[device, stream] = zeros
     return zeros
 
 
@@ -523,10 +526,10 @@ def decode(
     num_splits: int | None,
     scale: float | None,
     *,
-    merge_in_launch: bool = True,
+    merge_in_launch: bool = False,
 ) -> Tensor:
-    """Run the split kernel, merging in the same launch or (`merge_in_launch=False`) in the merge
-    kernel after it, on inputs that `contract.check_decode_inputs` accepts; `lengths` is `(B,)`."""
+    """Run the split kernel, then the merge kernel, or (`merge_in_launch=True`) merge in the split
+    kernel's own launch, on inputs that `contract.check_decode_inputs` accepts; `lengths` is `(B,)`."""
     batch, heads, seqlen_q, head_dim = q.shape
     heads_kv = k.size(1)
     group = heads // heads_kv
