@@ -880,6 +880,29 @@ def test_a_wrong_mask_is_drawn_as_two_grids(capsys):
     )
 
 
+def test_wrong_values_point_at_a_wrong_entry_not_at_a_shared_minus_inf(capsys):
+    """-inf - -inf is NaN: the largest error must not land on a key masked in both."""
+    result = run(
+        "sparse-attention/indexer-scores", lambda q, k, w: indexer_scores(q, k, w) * 0.5, capsys
+    )
+    assert "wrong values: 5 of 16 differ; the largest error is 1.3e+00\n" in result.message
+    assert "  at [0, 3, 0]: expected -2.696, got -1.348\n" in result.message
+    assert "observed: every value is 0.5 times the expected one" in result.message
+
+
+def test_a_number_where_minus_inf_is_expected_is_said(capsys):
+    result = run(
+        "sparse-attention/indexer-scores",
+        lambda q, k, w: indexer_scores(q, k, w).nan_to_num(neginf=-1e4),
+        capsys,
+    )
+    assert result.message.endswith(
+        "wrong values: 6 of 16 differ, 6 of them finite where -inf is expected\n"
+        "  at [0, 0, 1]: expected -inf, got -1e+04\n"
+        "observed: the right values, except -1e+04 where -inf is expected"
+    )
+
+
 # --- the call ----------------------------------------------------------------------------------------------
 
 

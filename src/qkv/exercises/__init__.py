@@ -41,7 +41,8 @@ own, then: every value is 0, an input handed back, the result transposed) does w
 the same values or the same kind of error, and differs from the reference on two cases or more. Otherwise
 comes `observed: <what is seen>`, if anything is: the right values with the axes in another order, every
 value a constant times the right one, each row its own multiple, the rows' values in another order, the
-values moved along an axis, which rows are right. Lines are at most 78 characters; there are no colours.
+values moved along an axis, which rows are right, where -inf (a masked entry) is against where it
+should be. Lines are at most 78 characters; there are no colours.
 
 Each call runs within a budget of 10 seconds a case (on the main thread, where `SIGALRM` exists), with a
 line of progress every 2 seconds; its warnings are recorded, not printed or raised; an exception from `fn`,

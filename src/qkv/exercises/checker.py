@@ -372,11 +372,20 @@ def _wrong_values(
     rtol, atol = tolerance or TOLERANCE.get(expected.dtype, (1e-2, 1e-3))
     wrong = ~torch.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
     broken = wrong & ~got.isfinite()
+    lost = (
+        wrong & ~expected.isfinite()
+    )  # -inf expected (a masked key), a number got
     if broken.any():
         at = tuple(broken.nonzero()[0].tolist())
         head = f"wrong values: {_count(wrong)} differ, {int(broken.sum())} of them inf or NaN"
-    else:
-        errors = ((got - expected).abs() * wrong).flatten()
+    elif lost.any():
+        at = tuple(lost.nonzero()[0].tolist())
+        head = (
+            f"wrong values: {_count(wrong)} differ, {int(lost.sum())} of them "
+            f"finite where {expected[at].item()} is expected"
+        )
+    else:  # both finite where they differ: the largest difference
+        errors = torch.where(wrong, got - expected, 0).abs().flatten()
         at = tuple(
             int(i) for i in torch.unravel_index(errors.argmax(), got.shape)
         )
