@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import qkv
 from qkv.exercises import check
 from qkv.exercises.calls import copies
 from qkv.exercises.catalogue import EXERCISES
@@ -196,6 +197,88 @@ def index(q, k, w, relu=torch.relu, scale=True, weighted=True, shift=None, fill=
 def merged(oa, la, ob, lb):
     lse = torch.logaddexp(la, lb)
     return torch.exp(la - lse)[..., None] * oa + torch.exp(lb - lse)[..., None] * ob, lse
+
+
+def times(S, x):
+    """S^T x for a state (..., Dk, Dv) and a vector (..., Dk), as a row times the state."""
+    return (x.unsqueeze(-2) @ S).squeeze(-2)
+
+
+def outer(a, b):
+    return a.unsqueeze(-1) @ b.unsqueeze(-2)  # (..., len a, len b)
+
+
+def delta_kept_old(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    error = (v - times(decayed, k)) * beta[..., None]
+    new = state + outer(k, error)  # the old state kept
+    return times(new, q), new
+
+
+def delta_decayed_last(state, q, k, v, g, beta):
+    error = (v - times(state, k)) * beta[..., None]
+    new = (state + outer(k, error)) * g.exp()[..., None, None]
+    return times(new, q), new
+
+
+def delta_with(
+    state, q, k, v, g, beta, decay=torch.exp, rate=lambda b: b, recall=times, read=times
+):
+    decayed = state * decay(g)[..., None, None]
+    error = (v - recall(decayed, k)) * rate(beta)[..., None]
+    new = decayed + outer(k, error)
+    return read(new, q), new
+
+
+def plain(S, x):  # S x, as for a (Dv, Dk) state
+    return (S @ x.unsqueeze(-1)).squeeze(-1)
+
+
+def delta_error_k(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    error = (v - times(decayed, k)) * beta[..., None]
+    new = decayed + outer(error, k)  # (..., Dv, Dk)
+    return times(new, q), new
+
+
+def delta_beta_on_v(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    new = decayed + outer(k, beta[..., None] * v - times(decayed, k))
+    return times(new, q), new
+
+
+def delta_in_place(state, q, k, v, g, beta):
+    state *= g.exp()[..., None, None]
+    state += outer(k, (v - times(state, k)) * beta[..., None])
+    return times(state, q), state
+
+
+def delta_flat_g(state, q, k, v, g, beta):
+    decayed = state * g.exp()  # g without its two axes: broadcasts against Dv
+    new = decayed + outer(k, (v - times(decayed, k)) * beta[..., None])
+    return times(new, q), new
+
+
+def delta_vector_matrix(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    new = decayed + outer(k, (v - k @ decayed) * beta[..., None])  # k @ S: (H, Dk) @ (H, Dk, Dv)
+    return q @ new, new
+
+
+def future(L, S, d=1):
+    return torch.ones(L, S, dtype=torch.bool).triu(S - L + d)  # True: after the query
+
+
+def heads_relu(q, k):
+    return torch.relu(q @ k[:, None].mT / q.size(-1) ** 0.5)  # (B, H, L, S)
+
+
+def weighted(q, k, w):
+    return (heads_relu(q, k) * w.permute(0, 2, 1)[..., None]).sum(1)  # (B, L, S)
+
+
+def masked(scores, hide, fill=-math.inf):
+    return scores.masked_fill(hide, fill)
 
 
 def right_attention(q, k, v):
@@ -554,6 +637,24 @@ MISTAKES = [
     (DELTA, lambda *args: delta(*args, kind="no beta"), "written whole"),
     (DELTA, lambda *args: delta(*args)[0], None),
     (DELTA, lambda *args: (delta(*args)[0], delta(*args)[1].mT), None),
+    (DELTA, delta_kept_old, "state before the decay"),
+    (DELTA, delta_decayed_last, "decayed after the write"),
+    (DELTA, lambda *args: delta_with(*args, decay=lambda g: torch.exp(-g)), "not exp(-g)"),
+    (DELTA, lambda *args: delta_with(*args, recall=plain), "recall S'^T k"),
+    (DELTA, lambda *args: delta_with(*args, read=plain), "read S_t^T q"),
+    (DELTA, lambda *args: delta_with(*args, recall=plain, read=plain), "S k sums over"),
+    (DELTA, delta_error_k, "k e^T"),
+    (DELTA, delta_beta_on_v, "not the value alone"),
+    (DELTA, lambda *args: delta_with(*args, rate=torch.sigmoid), "without a sigmoid"),
+    (
+        DELTA,
+        lambda state, q, k, v, g, beta: delta_with(state, q / q.size(-1) ** 0.5, k, v, g, beta),
+        "already scaled",
+    ),
+    (DELTA, delta_in_place, None),
+    (DELTA, delta_flat_g, None),
+    (DELTA, delta_vector_matrix, None),
+    (DELTA, lambda *args: delta_with(*args)[::-1], None),
     # sparse-attention/indexer-scores
     (INDEXER, lambda q, k, w: index(q, k, w, relu=lambda x: x), "ReLU is missing"),
     (
@@ -569,6 +670,65 @@ MISTAKES = [
     (INDEXER, lambda q, k, w: index(q, k, w, fill=0.0), "not 0"),
     (INDEXER, lambda q, k, w: torch.relu(q @ k[:, None].mT / q.size(-1) ** 0.5), None),
     (INDEXER, lambda q, k, w: index(q, k, w.flip(-1)), None),
+    (
+        INDEXER,
+        lambda q, k, w: masked(weighted(q, k, w), future(*q.shape[-2:-1], k.size(1), 0)),
+        "own key",
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            weighted(q, k, w), qkv.causal_mask(q.size(-2), k.size(1), alignment="bottom_right")
+        ),
+        "the mask is inverted",
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: torch.softmax(masked(weighted(q, k, w), future(q.size(-2), k.size(1))), -1),
+        "not normalised",
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(heads_relu(q, k).mean(1), future(q.size(-2), k.size(1))),
+        "heads' mean",
+    ),
+    (INDEXER, lambda q, k, w: masked(weighted(q, k, w), future(q.size(-2), k.size(1)), -1e9), None),
+    (
+        INDEXER,
+        lambda q, k, w: (
+            masked(weighted(q, k, w), future(q.size(-2), k.size(1))) / q.size(-1) ** 0.5
+        ),
+        None,
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            (torch.relu(q @ k.mT / q.size(-1) ** 0.5) * w.mT[..., None]).sum(1),
+            future(q.size(-2), k.size(1)),
+        ),
+        None,
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            (heads_relu(q, k) * w[..., None]).sum(1), future(q.size(-2), k.size(1))
+        ),
+        None,
+    ),
+    (INDEXER, lambda q, k, w: (heads_relu(q, k) * w.mT[..., None]).sum(-1), None),
+    (
+        INDEXER,
+        lambda q, k, w: masked(weighted(q, k, w), ~future(q.size(-2), k.size(1), 0)),
+        None,
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            weighted(q, k, w.reshape(w.size(0), w.size(2), w.size(1)).mT),
+            future(q.size(-2), k.size(1)),
+        ),
+        None,
+    ),
     # long-context/streaming-window
     (WINDOW, lambda x, window, sinks: x[..., -window:, :], "plain sliding window"),
     (
