@@ -1055,12 +1055,17 @@ def test_a_warning_is_shown_and_never_raised(capsys):
         (
             "flash-attention/online-softmax",
             lambda q, k, v, block_size: attention(q, k, v),
-            "the full (L, S) scores",
+            "more than one block of scores per query",
         ),
         (
             "flash-attention/online-softmax",
             lambda q, k, v, block_size: torch.softmax(q @ k.mT * q.size(-1) ** -0.5, -1) @ v,
-            "the full (L, S) scores",
+            "more than one block of scores per query",
+        ),
+        (
+            "flash-attention/online-softmax",
+            lambda q, k, v, block_size: online_softmax(q, k, v, 2 * block_size),
+            "more than one block of scores per query",
         ),
         (
             "efficient-attention/linear-attention",
@@ -1070,7 +1075,7 @@ def test_a_warning_is_shown_and_never_raised(capsys):
             "the (N, S) scores",
         ),
     ],
-    ids=["online-sdpa", "online-full-softmax", "linear-quadratic"],
+    ids=["online-sdpa", "online-full-softmax", "online-two-blocks", "linear-quadratic"],
 )
 def test_the_full_score_matrix_fails_where_tiles_or_linear_cost_are_asked(
     name, wrong, cost, capsys

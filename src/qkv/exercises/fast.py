@@ -194,7 +194,7 @@ def online_cases(gen: torch.Generator) -> list[Case]:
         ("length 1", (), 1, 1, 4, 4, 2, torch.float64),
         ("batch and heads", (2, 3), 4, 7, 8, 5, 3, torch.float64),
         ("float32", (2, 2), 5, 6, 4, 4, 4, torch.float32),
-        ("many keys, small blocks", (2,), 6, 16, 2, 3, 4, torch.float64),
+        ("many keys, small blocks", (2,), 8, 16, 2, 2, 4, torch.float64),
     ]
     cases = [
         Case(
@@ -206,11 +206,12 @@ def online_cases(gen: torch.Generator) -> list[Case]:
         )
         for label, batch, L, S, D, Dv, block, dtype in rows
     ]
-    watched = cases[
-        -1
-    ]  # its full scores (2, 6, 16) outnumber its inputs and any tile
+    # one block of its scores, (2, 8, 4), is as large as k or v, (2, 16, 2); two
+    # blocks, (2, 8, 8), are larger than any input, and the full scores twice that
     cases[-1] = dataclasses.replace(
-        watched, largest=2 * 6 * 16, cost="the full (L, S) scores"
+        cases[-1],
+        largest=2 * 8 * 8,
+        cost="more than one block of scores per query",
     )
     large = [  # (label, L, S, dtype, low, high)
         ("float32, large scores", 3, 7, torch.float32, -30, 30),
