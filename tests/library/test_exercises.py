@@ -1087,6 +1087,33 @@ def test_the_full_score_matrix_fails_where_tiles_or_linear_cost_are_asked(
     assert f"the size of {cost}, which the exercise asks you never to hold" in message
 
 
+def per_query(query, keys, W, U, v):
+    """Right values, one query at a time."""
+    rows = [torch.tanh(query[:, i, None] @ W.T + keys @ U.T) @ v for i in range(query.size(1))]
+    return torch.stack(rows, 1)  # (B, L, S)
+
+
+def per_sequence(query, keys, W, U, v):
+    """Right values, one sequence of the batch at a time."""
+    return torch.stack(
+        [additive_scores(query[b, None], keys[b, None], W, U, v)[0] for b in range(len(query))]
+    )
+
+
+@pytest.mark.parametrize(
+    ("loop", "counts"),
+    [(per_query, "made 10 torch calls on this case and 18 on case 1"), (per_sequence, "case 1")],
+    ids=["queries", "batch"],
+)
+def test_a_loop_fails_where_the_statement_asks_for_none(loop, counts, capsys):
+    result = run("additive-vs-dot-product/additive-scores", loop, capsys)
+    assert not result
+    message = result.message.replace("\n  ", " ")
+    assert f"right values, but {loop.__name__} made " in message
+    assert counts in message
+    assert "as a Python loop's does, where the exercise asks for none" in message
+
+
 def test_checking_every_right_solution_takes_well_under_a_second(capsys):
     for name, solution in SOLUTIONS.items():  # the first calls: imports and caches warmed
         check(name, solution)

@@ -31,6 +31,8 @@ two lines say to write the body. A failure goes on with `case (<label>): <argume
     right values, but <fn> built a tensor of shape (2, 6, 16), 192 entries: the size of the full (L, S)
         scores, which the exercise asks you never to hold      (the exercises that ask for tiles or
                                                                 linear cost, on the cases that can tell)
+    right values, but <fn> made 24 torch calls on this case and 13 on case 1: ...
+                                                               (a loop, where the exercise asks for none)
     <fn> was stopped after 10 s on this case, ...
 
 prefixed with the output's name (`lse: wrong values: ...`) for an exercise that returns several, and

@@ -3,10 +3,10 @@
 `call` runs the function on copies of a case's arguments, within a time budget (on the main thread of a
 system with `SIGALRM`: progress is printed while a slow case runs, and the call is stopped when the budget
 is spent), records its warnings instead of letting them print or raise, notices inputs changed in place,
-and, on a case that sets `largest`, the largest tensor it made. A `TorchFunctionMode` sees every torch
-function and method the function calls, and what each returns; views are not counted (they hold no memory
-of their own), and a fused `scaled_dot_product_attention` counts as the (..., L, S) scores it computes
-inside. (A `TorchDispatchMode` would see each aten operation, but entering the first one imports
+and, on a case that sets `largest` or `counted`, the largest tensor it made and how many torch calls. A
+`TorchFunctionMode` sees every torch function and method the function calls, and what each returns; views
+are not counted as tensors made (they hold no memory of their own), and a fused
+`scaled_dot_product_attention` counts as the (..., L, S) scores it computes inside. (A `TorchDispatchMode` would see each aten operation, but entering the first one imports
 `torch._dynamo`, seconds on a reader's first check.)
 """
 
@@ -51,6 +51,7 @@ class Call:
         (),
     )  # numel and shape of the largest tensor it made
     seconds: float = 0.0
+    calls: int = 0  # torch functions and methods it called, where counted
 
     @property
     def over_budget(self) -> bool:
@@ -69,7 +70,8 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
     """Run `fn` on copies of `case`'s arguments; `what` names the case in progress lines."""
     args = copies(case)
     result = Call()
-    watch = _Largest() if case.largest is not None else contextlib.nullcontext()
+    watched = case.largest is not None or case.counted
+    watch = _Largest() if watched else contextlib.nullcontext()
     start, running = time.monotonic(), [True]
     warn_always = torch.is_warn_always_enabled()
     torch.set_warn_always(
@@ -95,7 +97,7 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
     result.seconds = time.monotonic() - start
     result.warned = [f"{w.category.__name__}: {w.message}" for w in caught]
     if isinstance(watch, _Largest):
-        result.largest = watch.largest
+        result.largest, result.calls = watch.largest, watch.calls
     result.changed = [
         name
         for (name, before), after in zip(case.args.items(), args, strict=True)
@@ -122,13 +124,16 @@ def _unchanged(before: Tensor, after: object) -> bool:
 
 class _Largest(TorchFunctionMode):
     """Remembers the largest tensor that a torch function or method made (views hold no memory of
-    their own and are not counted; fused attention counts as its (..., L, S) scores)."""
+    their own and are not counted; fused attention counts as its (..., L, S) scores), and counts the
+    calls."""
 
     def __init__(self) -> None:
         super().__init__()
         self.largest: tuple[int, tuple[int, ...]] = (0, ())
+        self.calls = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
         out = func(*args, **(kwargs or {}))
         made = out if isinstance(out, tuple | list) else (out,)
         shapes = [

@@ -157,6 +157,7 @@ def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
             lines, position = _verdict(
                 exercise, case, caller, expected[index], made[index]
             )
+            lines = lines or _loops(cases, made, caller)
             if lines:
                 break
         else:
@@ -244,6 +245,25 @@ def _verdict(
             f"size of {case.cost}, which the exercise asks you never to hold"
         ], None
     return [], None
+
+
+def _loops(cases: list[Case], made: list[Call], caller: str) -> list[str]:
+    """The last call, right, made another number of torch calls than the first counted case."""
+    counted = [
+        (index, call.calls)
+        for index, (case, call) in enumerate(zip(cases, made, strict=False))
+        if case.counted
+    ]
+    if len(counted) < 2 or counted[-1][0] != len(made) - 1:
+        return []
+    (first, before), (_, now) = counted[0], counted[-1]
+    if now == before:
+        return []
+    return [
+        f"right values, but {caller} made {now} torch calls on this case and "
+        f"{before} on case {first + 1}: their number follows the sizes, as a "
+        "Python loop's does, where the exercise asks for none"
+    ]
 
 
 # --- comparing ---------------------------------------------------------------------------------------------

@@ -389,6 +389,7 @@ def additive_cases(gen: torch.Generator) -> list[Case]:
                 "U": normal(gen, A, Dk, dtype=dtype, std=Dk**-0.5),
                 "v": normal(gen, A, dtype=dtype),
             },
+            counted=True,  # the statement asks for no loop
         )
         for label, B, L, S, Dq, Dk, A, dtype in shapes
     ]
