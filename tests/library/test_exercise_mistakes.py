@@ -54,6 +54,7 @@ SHOWN = (
     "changed its input",
     "built a tensor",
     "torch calls on this case",
+    "it warned:",
     "was stopped",
     "  expected ",
 )
@@ -133,6 +134,13 @@ def nucleus(probs, p, keep=None, descending=True, back="scatter", norm=True, axi
     if back == "scatter":
         return torch.zeros_like(probs).scatter(-1, idx, kept)
     return kept.gather(-1, idx) if back == "gather" else kept
+
+
+def nucleus_mask_unsorted(probs, p):
+    ordered = probs.sort(-1, descending=True).values
+    keep = ordered.cumsum(-1) - ordered < p  # in sorted order
+    kept = probs * keep  # on the tokens in their own order
+    return kept / kept.sum(-1, keepdim=True)
 
 
 def tiles(
@@ -336,6 +344,7 @@ MISTAKES = [
     (ATT, lambda q, k, v: attn(q, k, v, scale=q.size(-1) ** 0.5), "multiplied by sqrt(d_k)"),
     (ATT, lambda q, k, v: attn(q, k, v, dim=0), "first axis (dim=0)"),
     (ATT, lambda q, k, v: F.softmax(q @ k.mT / q.size(-1) ** 0.5) @ v, "without dim="),
+    (ATT, lambda q, k, v: F.softmax(q @ k.mT) @ v, None),  # two slips: no scale, no dim
     (ATT, lambda q, k, v: attn(q, k, v).mT, "transposed"),
     (ATT, lambda q, k, v: attn(q.float(), k.float(), v.float()), None),
     (
@@ -348,6 +357,15 @@ MISTAKES = [
     (ATT, scaling_in_place, None),
     (ATT, lambda q, k, v: attn(q, k, v).to("meta"), None),
     (ATT, leaving, None),
+    (ATT, lambda q, k, v: attn(q, k, v, scale=q.shape[0] ** -0.5), "size of another axis"),
+    (ATT, lambda q, k, v: attn(q, k, v, scale=q.size(1) ** -0.5), "size of another axis"),
+    (ATT, lambda q, k, v: attn(q, k, v, dim=1), "over axis 1"),
+    (
+        ATT,
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v / q.size(-1) ** 0.5,
+        "output is divided by sqrt(D)",
+    ),
+    (ATT, lambda q, k, v: torch.softmax(q @ k.transpose(0, 1) / q.size(-1) ** 0.5, -1) @ v, None),
     # scaling/stable-softmax
     (SOFT, exp_norm, "overflowed"),
     (SOFT, lambda s: exp_norm(s - s.max()), "not the max of the whole"),
@@ -372,6 +390,9 @@ MISTAKES = [
     (SOFT, softmax_in_place, None),
     (SOFT, lambda s: torch.softmax(s.float(), -1), None),
     (SOFT, lambda s: exp_norm(s - s.amax(-1, keepdim=True)).flip(-1), None),
+    (SOFT, lambda s: exp_norm(s - s.mean(-1, keepdim=True)), "not its mean"),
+    (SOFT, lambda s: (s - s.max(-1, keepdim=True)).exp(), None),
+    (SOFT, lambda s: s.exp() / s.exp().sum(), None),
     # masking/causal-mask
     (CAUSAL, lambda L, S, a: ~tri(L, S, off(L, S, a)), "swapped"),
     (CAUSAL, lambda L, S, a: tri(L, S, 0), "the top-left mask"),
@@ -457,6 +478,7 @@ MISTAKES = [
         None,
     ),
     (ADD, bahdanau_per_pair, None),
+    (ADD, lambda query, keys, W, U, v: bahdanau(query, keys, W, U) @ v.T, "tanh is missing"),
     # multi-head-attention/split-heads
     (SPLIT, lambda x, H: x.view(x.size(0), H, x.size(1), -1), "mixes tokens into heads"),
     (SPLIT, lambda x, H: x.view(*x.shape[:2], -1, H).permute(0, 3, 1, 2), "side by side"),
@@ -464,6 +486,8 @@ MISTAKES = [
     (SPLIT, lambda x, H: x.view(*x.shape[:2], H, -1).permute(0, 2, 3, 1), "transposed"),
     (SPLIT, lambda x, H: x.view(x.size(0) * H, x.size(1), -1), None),
     (SPLIT, lambda x, H: x.view(*x.shape[:2], H, -1).transpose(1, 2).flip(1), None),
+    (SPLIT, lambda x, H: torch.stack(x.chunk(H, -1), 0), None),
+    (SPLIT, lambda x, H: x.reshape(*x.shape[:2], H, -1).transpose(1, 3), None),
     # multi-head-attention/merge-heads
     (MERGE, lambda x: x.reshape(x.size(0), x.size(2), -1), "mixes heads and tokens"),
     (MERGE, lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), x.size(2), -1), "stay side by side"),
@@ -471,6 +495,7 @@ MISTAKES = [
     (MERGE, lambda x: x.transpose(1, 2).view(x.size(0), x.size(2), -1), "view needs a contiguous"),
     (MERGE, lambda x: x.sum(1), None),
     (MERGE, lambda x: x.flatten(1, 2), None),
+    (MERGE, lambda x: torch.cat(x.unbind(1), 1), None),
     # positions/rope
     (ROPE, lambda x, p, base: rope_with(x, p, base, half=False), "interleaved layout"),
     (ROPE, lambda x, p, base: rope_with(x, -p, base), "the wrong way"),
@@ -534,6 +559,7 @@ MISTAKES = [
     ),
     (NORM, lambda x, w, b, eps: (x - x.mean(-1)) / torch.sqrt(x.var(-1) + eps) * w + b, None),
     (NORM, lambda x, w, b, eps: ln(x * w + b, 1.0, 0.0, eps), "after normalising"),
+    (NORM, lambda x, w, b, eps: ln(x, w, b, eps, dim=1), "the last axis"),
     (
         NORM,
         lambda x, w, b, eps: (
@@ -541,7 +567,7 @@ MISTAKES = [
             + eps * w
             + b
         ),
-        VAGUE,
+        "brackets are missing",
     ),
     # decoding/cache-step
     (
@@ -573,6 +599,15 @@ MISTAKES = [
     (
         CACHE,
         lambda ck, cv, q, k, v: (
+            attn(q, torch.cat([ck, k], -1), torch.cat([cv, v], -1)),
+            torch.cat([ck, k], -1),
+            torch.cat([cv, v], -1),
+        ),
+        None,
+    ),
+    (
+        CACHE,
+        lambda ck, cv, q, k, v: (
             attn(q, torch.cat([ck, k], 1), torch.cat([cv, v], 1)),
             torch.cat([ck, k], 1),
             torch.cat([cv, v], 1),
@@ -594,6 +629,7 @@ MISTAKES = [
     (TOP_P, lambda probs, p: nucleus(probs, p, norm=False) / p, "not by p"),
     (TOP_P, lambda probs, p: nucleus(probs, p, keep=lambda m, v, p: m < p), "past p"),
     (TOP_P, lambda probs, p: torch.where(probs >= p, probs, 0.0), None),
+    (TOP_P, nucleus_mask_unsorted, "mask is in sorted order"),
     # serving/gather-pages
     (PAGES, lambda pg, t, n: pg[: len(t)].transpose(0, 1).flatten(1, 2)[:, :n], "first pages"),
     (
@@ -617,6 +653,7 @@ MISTAKES = [
     (PAGES, lambda pg, t, n: pg[t].flatten(0, 2)[:n], None),
     (PAGES, lambda pg, t, n: pg[t].transpose(0, 1).flatten(1, 2)[:, : n - 1], None),
     (PAGES, lambda pg, t, n: pg[t].transpose(0, 1).flatten(1, 2)[:, 1 : n + 1], None),
+    (PAGES, lambda pg, t, n: pg[t].transpose(0, 1).flatten(1, 2)[:, -n:], None),
     # flash-attention/online-softmax
     (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, rescale=(True, False)), "not rescaled"),
     (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, rescale=(False, False)), "not rescaled"),
@@ -629,7 +666,7 @@ MISTAKES = [
     (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, div=False), "not divided by the running sum"),
     (ONLINE, full_softmax_tiled, None),
     (ONLINE, lambda q, k, v, n: right_attention(q, k, v), None),
-    (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, stop=lambda S, n: max(S - n, 1)), VAGUE),
+    (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, stop=lambda S, n: S - n), "one block early"),
     # efficient-attention/linear-attention
     (LINEAR, lambda q, k, v: phi(q) @ (phi(k).mT @ v), "normaliser is missing"),
     (LINEAR, lambda q, k, v: linear(q, k, v, f=F.elu), "elu(x) alone"),
@@ -639,7 +676,7 @@ MISTAKES = [
     (LINEAR, lambda q, k, v: linear(q, k, phi(v)), "q and k only"),
     (LINEAR, lambda q, k, v: linear(q * q.size(-1) ** -0.5, k, v), "no 1/sqrt(D)"),
     (LINEAR, quadratic_linear, None),
-    (LINEAR, lambda q, k, v: linear(q, k, v, f=torch.exp), VAGUE),
+    (LINEAR, lambda q, k, v: linear(q, k, v, f=torch.exp), "not exp(x)"),
     # recurrence/delta-step
     (DELTA, lambda *args: delta(*args, kind="value"), "writes the value"),
     (DELTA, lambda *args: delta(*args, kind="stale recall"), "before the decay"),
@@ -772,6 +809,11 @@ MISTAKES = [
     (WINDOW, lambda x, window, sinks: x, "the input x, unchanged"),
     (WINDOW, lambda x, window, sinks: stream(x, window, sinks, recent=window - sinks - 1), None),
     (WINDOW, lambda x, window, sinks: x[..., :window, :], None),
+    (
+        WINDOW,
+        lambda x, window, sinks: torch.cat([x[..., :sinks, :], x[..., sinks - window :, :]], -2),
+        None,
+    ),
     # attention-across-devices/merge-partials
     (PARTIALS, lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)), "averaging"),
     (
@@ -830,6 +872,14 @@ MISTAKES = [
         "softmax over the two blocks",
     ),
     (PARTIALS, lambda oa, la, ob, lb: merged(oa, la, ob, lb)[0], None),
+    (
+        PARTIALS,
+        lambda oa, la, ob, lb: (
+            merged(oa, la, ob, lb)[0],
+            torch.log(torch.exp(la) + torch.exp(lb)),
+        ),
+        "log(exp(lse_a) + exp(lse_b)) overflowed",
+    ),
     (
         PARTIALS,
         lambda oa, la, ob, lb: (merged(oa, la, ob, lb)[0], torch.logaddexp(la, lb)[..., None]),

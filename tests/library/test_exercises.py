@@ -1050,6 +1050,28 @@ def test_a_warning_is_shown_and_never_raised(capsys):
 
 
 @pytest.mark.parametrize(
+    ("name", "wrong", "hint"),
+    [
+        (  # torch's softmax axis is the last one on 2-D scores: the scale is what is wrong
+            ATTENTION,
+            lambda q, k, v: F.softmax(q @ k.mT) @ v,
+            None,
+        ),
+        (  # .T of the 1-D v changes nothing: the missing tanh is what is wrong
+            "additive-vs-dot-product/additive-scores",
+            lambda query, keys, W, U, v: ((query @ W.T)[:, :, None] + (keys @ U.T)[:, None]) @ v.T,
+            "tanh is missing: e_ij = v . tanh(W q_i + U k_j)",
+        ),
+    ],
+    ids=["softmax-2d", "T-1d"],
+)
+def test_a_warning_that_changes_nothing_here_names_no_cause(name, wrong, hint, capsys):
+    result = run(name, wrong, capsys)
+    assert "  it warned: UserWarning: " in result.message
+    assert result.hint == hint
+
+
+@pytest.mark.parametrize(
     ("name", "wrong", "cost"),
     [
         (

@@ -454,15 +454,12 @@ def _hint(
     """
     failed = made[index]
     said = str(failed.error) if failed.error is not None else ""
-    if any("`x.T`" in warned for warned in failed.warned):
+    if "T" in failed.slips:
         return (
             ".T reverses every axis of a batched tensor: transpose the last two, "
             "x.transpose(-2, -1) (or x.mT)"
         )
-    if any(
-        "Implicit dimension choice for softmax" in warned
-        for warned in failed.warned
-    ):
+    if "softmax dim" in failed.slips:
         return (
             "softmax without dim= picks the axis from the tensor's number of axes: "
             "pass dim=-1, the keys"
