@@ -392,9 +392,8 @@ def _wrong_values(
     rtol, atol = tolerance or TOLERANCE.get(expected.dtype, (1e-2, 1e-3))
     wrong = ~torch.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
     broken = wrong & ~got.isfinite()
-    lost = (
-        wrong & ~expected.isfinite()
-    )  # -inf expected (a masked key), a number got
+    # a number where the expected value is not one (-inf: a masked key)
+    lost = wrong & ~expected.isfinite()
     if broken.any():
         at = tuple(broken.nonzero()[0].tolist())
         head = f"wrong values: {_count(wrong)} differ, {int(broken.sum())} of them inf or NaN"

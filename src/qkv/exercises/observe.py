@@ -27,13 +27,11 @@ def observe(got: Tensor, expected: Tensor, close) -> str | None:
     masked = _filled(got, expected, close) or _masked(got, expected)
     if masked:
         return masked
+    # masked in both: 0 in both, so that scales and orders see the rest
     both = ~got.isfinite() & (
         (got == expected) | (got.isnan() & expected.isnan())
     )
-    if (
-        both.any()
-    ):  # masked in both: 0 in both, so that scales and orders see the rest
-        got, expected = got.masked_fill(both, 0), expected.masked_fill(both, 0)
+    got, expected = got.masked_fill(both, 0), expected.masked_fill(both, 0)
     if not got.isfinite().all():
         return _rows(got, expected, close)
     return (
@@ -46,7 +44,7 @@ def observe(got: Tensor, expected: Tensor, close) -> str | None:
 
 
 def _filled(got: Tensor, expected: Tensor, close) -> str | None:
-    """The right values, but one number where the expected ones are -inf."""
+    """The right values, but one number where -inf (or another non-number) is expected."""
     hole = ~expected.isfinite()
     if not hole.any() or not got[hole].isfinite().all():
         return None
@@ -65,25 +63,18 @@ def _filled(got: Tensor, expected: Tensor, close) -> str | None:
 def _masked(got: Tensor, expected: Tensor) -> str | None:
     """Where -inf is, when it is not where the expected result has it."""
     mine, theirs = got == -math.inf, expected == -math.inf
-    if (
-        torch.equal(mine, theirs)
-        or got.isnan().any()
-        or (got == math.inf).any()
-    ):
+    overflowed = got.isnan().any() or (got == math.inf).any()
+    if overflowed or torch.equal(mine, theirs):
         return None
-    equal = torch.equal
-    if mine.dim() >= 1 and equal(mine, ~theirs):
+    if mine.dim() >= 1 and torch.equal(mine, ~theirs):
         return "observed: -inf exactly where the expected values are finite"
-    if (
-        mine.dim() >= 2
-        and mine.size(-1) == mine.size(-2)
-        and equal(mine, theirs.mT)
-    ):
+    square = mine.dim() >= 2 and mine.size(-1) == mine.size(-2)
+    if square and torch.equal(mine, theirs.mT):
         return (
             "observed: -inf on the other side of the diagonal: where the "
             "expected result has it, transposed"
         )
-    moved = _shifted(mine, theirs, equal)
+    moved = _shifted(mine, theirs, torch.equal)
     if moved:
         return moved.replace("the expected values", "the -inf entries")
     extra, missing = mine & ~theirs, theirs & ~mine
