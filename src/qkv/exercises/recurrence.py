@@ -89,11 +89,14 @@ def stepped(
     held = decayed if recall_from == "decayed" else state
     recalled = _times(held, k, sides not in ("recall", "both"))  # S'^T k
     written = v if write == "value" else v - recalled
-    if rate == "value only":
+    rates = {
+        "beta": beta,
+        "none": torch.ones_like(beta),
+        "sigmoid": beta.sigmoid(),
+    }
+    if rate == "value only":  # beta v - S'^T k
         error = beta[..., None] * v - recalled
     else:
-        rates = {"beta": beta, "none": torch.ones_like(beta)}
-        rates["sigmoid"] = beta.sigmoid()
         error = rates[rate][..., None] * written  # (..., Dv)
     kept = decayed if keep == "decayed" else state
     if write == "error k^T":  # (..., Dv, Dk): adds only where Dk = Dv
