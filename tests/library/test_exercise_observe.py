@@ -49,6 +49,13 @@ def test_what_is_seen_is_said(got, seen):
     assert seen in observe(got, RIGHT, close)
 
 
+def test_a_square_result_transposed_is_seen():
+    square = RIGHT[:, :3, :3]
+    assert observe(square.mT, square, close) == (
+        "observed: the right values, transposed: the last two axes swapped"
+    )
+
+
 def test_nothing_is_said_of_a_right_answer_or_of_noise():
     assert observe(RIGHT.clone(), RIGHT, close) is None
     noise = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)

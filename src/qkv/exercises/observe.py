@@ -2,9 +2,10 @@
 
 When no known mistake explains an answer, the verdict says only what is seen: the right values with the
 axes in another order, or in another arrangement; every value a constant times, or a constant off, the
-right one; each row its own multiple of the right row; the rows' values in another order; the right
-values shifted along an axis; which rows are right; one number where -inf (a masked entry) is expected.
-Entries that are -inf (or inf, or NaN) in both are left out of the comparison.
+right one; each row its own multiple of the right row; the right values transposed; the rows' values in
+another order; the right values shifted along an axis; which rows are right; one number where -inf (a
+masked entry) is expected, or -inf elsewhere than expected. Entries that are -inf (or inf, or NaN) in both
+are left out of the comparison.
 """
 
 import itertools
@@ -38,9 +39,18 @@ def observe(got: Tensor, expected: Tensor, close) -> str | None:
         _scaled(got, expected, close)
         or _offset(got, expected, close)
         or _shifted(got, expected, close)
+        or _transposed(got, expected, close)
         or _permuted(got, expected, close)
         or _rows(got, expected, close)
     )
+
+
+def _transposed(got: Tensor, expected: Tensor, close) -> str | None:
+    if got.dim() >= 2 and close(got, expected.mT):
+        return (
+            "observed: the right values, transposed: the last two axes swapped"
+        )
+    return None
 
 
 def _filled(got: Tensor, expected: Tensor, close) -> str | None:
