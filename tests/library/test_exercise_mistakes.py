@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import qkv
 from qkv.exercises import check
 from qkv.exercises.calls import copies
 from qkv.exercises.catalogue import EXERCISES
@@ -52,6 +53,8 @@ SHOWN = (
     "observed:",
     "changed its input",
     "built a tensor",
+    "torch calls on this case",
+    "it warned:",
     "was stopped",
     "  expected ",
 )
@@ -133,6 +136,13 @@ def nucleus(probs, p, keep=None, descending=True, back="scatter", norm=True, axi
     return kept.gather(-1, idx) if back == "gather" else kept
 
 
+def nucleus_mask_unsorted(probs, p):
+    ordered = probs.sort(-1, descending=True).values
+    keep = ordered.cumsum(-1) - ordered < p  # in sorted order
+    kept = probs * keep  # on the tokens in their own order
+    return kept / kept.sum(-1, keepdim=True)
+
+
 def tiles(
     q, k, v, n, m0=-math.inf, rescale=(True, True), keep_max=True, stop=None, flip=False, div=True
 ):
@@ -198,6 +208,98 @@ def merged(oa, la, ob, lb):
     return torch.exp(la - lse)[..., None] * oa + torch.exp(lb - lse)[..., None] * ob, lse
 
 
+def times(S, x):
+    """S^T x for a state (..., Dk, Dv) and a vector (..., Dk), as a row times the state."""
+    return (x.unsqueeze(-2) @ S).squeeze(-2)
+
+
+def outer(a, b):
+    return a.unsqueeze(-1) @ b.unsqueeze(-2)  # (..., len a, len b)
+
+
+def delta_kept_old(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    error = (v - times(decayed, k)) * beta[..., None]
+    new = state + outer(k, error)  # the old state kept
+    return times(new, q), new
+
+
+def delta_decayed_last(state, q, k, v, g, beta):
+    error = (v - times(state, k)) * beta[..., None]
+    new = (state + outer(k, error)) * g.exp()[..., None, None]
+    return times(new, q), new
+
+
+def delta_with(
+    state, q, k, v, g, beta, decay=torch.exp, rate=lambda b: b, recall=times, read=times
+):
+    decayed = state * decay(g)[..., None, None]
+    error = (v - recall(decayed, k)) * rate(beta)[..., None]
+    new = decayed + outer(k, error)
+    return read(new, q), new
+
+
+def plain(S, x):  # S x, as for a (Dv, Dk) state
+    return (S @ x.unsqueeze(-1)).squeeze(-1)
+
+
+def delta_error_k(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    error = (v - times(decayed, k)) * beta[..., None]
+    new = decayed + outer(error, k)  # (..., Dv, Dk)
+    return times(new, q), new
+
+
+def delta_beta_on_v(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    new = decayed + outer(k, beta[..., None] * v - times(decayed, k))
+    return times(new, q), new
+
+
+def delta_in_place(state, q, k, v, g, beta):
+    state *= g.exp()[..., None, None]
+    state += outer(k, (v - times(state, k)) * beta[..., None])
+    return times(state, q), state
+
+
+def delta_flat_g(state, q, k, v, g, beta):
+    decayed = state * g.exp()  # g without its two axes: broadcasts against Dv
+    new = decayed + outer(k, (v - times(decayed, k)) * beta[..., None])
+    return times(new, q), new
+
+
+def delta_vector_matrix(state, q, k, v, g, beta):
+    decayed = state * g.exp()[..., None, None]
+    new = decayed + outer(k, (v - k @ decayed) * beta[..., None])  # k @ S: (H, Dk) @ (H, Dk, Dv)
+    return q @ new, new
+
+
+def future(L, S, d=1):
+    return torch.ones(L, S, dtype=torch.bool).triu(S - L + d)  # True: after the query
+
+
+def heads_relu(q, k):
+    return torch.relu(q @ k[:, None].mT / q.size(-1) ** 0.5)  # (B, H, L, S)
+
+
+def weighted(q, k, w):
+    return (heads_relu(q, k) * w.permute(0, 2, 1)[..., None]).sum(1)  # (B, L, S)
+
+
+def masked(scores, hide, fill=-math.inf):
+    return scores.masked_fill(hide, fill)
+
+
+def bahdanau_per_pair(query, keys, W, U, v):
+    """Right values, one pair at a time: the loop the statement asks to avoid."""
+    B, L, S = query.size(0), query.size(1), keys.size(1)
+    scores = torch.empty(B, L, S, dtype=query.dtype)
+    for i in range(L):
+        for j in range(S):
+            scores[:, i, j] = torch.tanh(query[:, i] @ W.T + keys[:, j] @ U.T) @ v
+    return scores
+
+
 def right_attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 
@@ -242,6 +344,7 @@ MISTAKES = [
     (ATT, lambda q, k, v: attn(q, k, v, scale=q.size(-1) ** 0.5), "multiplied by sqrt(d_k)"),
     (ATT, lambda q, k, v: attn(q, k, v, dim=0), "first axis (dim=0)"),
     (ATT, lambda q, k, v: F.softmax(q @ k.mT / q.size(-1) ** 0.5) @ v, "without dim="),
+    (ATT, lambda q, k, v: F.softmax(q @ k.mT) @ v, None),  # two slips: no scale, no dim
     (ATT, lambda q, k, v: attn(q, k, v).mT, "transposed"),
     (ATT, lambda q, k, v: attn(q.float(), k.float(), v.float()), None),
     (
@@ -254,6 +357,15 @@ MISTAKES = [
     (ATT, scaling_in_place, None),
     (ATT, lambda q, k, v: attn(q, k, v).to("meta"), None),
     (ATT, leaving, None),
+    (ATT, lambda q, k, v: attn(q, k, v, scale=q.shape[0] ** -0.5), "size of another axis"),
+    (ATT, lambda q, k, v: attn(q, k, v, scale=q.size(1) ** -0.5), "size of another axis"),
+    (ATT, lambda q, k, v: attn(q, k, v, dim=1), "over axis 1"),
+    (
+        ATT,
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v / q.size(-1) ** 0.5,
+        "output is divided by sqrt(D)",
+    ),
+    (ATT, lambda q, k, v: torch.softmax(q @ k.transpose(0, 1) / q.size(-1) ** 0.5, -1) @ v, None),
     # scaling/stable-softmax
     (SOFT, exp_norm, "overflowed"),
     (SOFT, lambda s: exp_norm(s - s.max()), "not the max of the whole"),
@@ -278,6 +390,9 @@ MISTAKES = [
     (SOFT, softmax_in_place, None),
     (SOFT, lambda s: torch.softmax(s.float(), -1), None),
     (SOFT, lambda s: exp_norm(s - s.amax(-1, keepdim=True)).flip(-1), None),
+    (SOFT, lambda s: exp_norm(s - s.mean(-1, keepdim=True)), "not its mean"),
+    (SOFT, lambda s: (s - s.max(-1, keepdim=True)).exp(), None),
+    (SOFT, lambda s: s.exp() / s.exp().sum(), None),
     # masking/causal-mask
     (CAUSAL, lambda L, S, a: ~tri(L, S, off(L, S, a)), "swapped"),
     (CAUSAL, lambda L, S, a: tri(L, S, 0), "the top-left mask"),
@@ -362,6 +477,8 @@ MISTAKES = [
         lambda query, keys, W, U, v: bahdanau(query, keys, W, U).tanh() @ v / W.size(0) ** 0.5,
         None,
     ),
+    (ADD, bahdanau_per_pair, None),
+    (ADD, lambda query, keys, W, U, v: bahdanau(query, keys, W, U) @ v.T, "tanh is missing"),
     # multi-head-attention/split-heads
     (SPLIT, lambda x, H: x.view(x.size(0), H, x.size(1), -1), "mixes tokens into heads"),
     (SPLIT, lambda x, H: x.view(*x.shape[:2], -1, H).permute(0, 3, 1, 2), "side by side"),
@@ -369,6 +486,8 @@ MISTAKES = [
     (SPLIT, lambda x, H: x.view(*x.shape[:2], H, -1).permute(0, 2, 3, 1), "transposed"),
     (SPLIT, lambda x, H: x.view(x.size(0) * H, x.size(1), -1), None),
     (SPLIT, lambda x, H: x.view(*x.shape[:2], H, -1).transpose(1, 2).flip(1), None),
+    (SPLIT, lambda x, H: torch.stack(x.chunk(H, -1), 0), None),
+    (SPLIT, lambda x, H: x.reshape(*x.shape[:2], H, -1).transpose(1, 3), None),
     # multi-head-attention/merge-heads
     (MERGE, lambda x: x.reshape(x.size(0), x.size(2), -1), "mixes heads and tokens"),
     (MERGE, lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), x.size(2), -1), "stay side by side"),
@@ -376,6 +495,7 @@ MISTAKES = [
     (MERGE, lambda x: x.transpose(1, 2).view(x.size(0), x.size(2), -1), "view needs a contiguous"),
     (MERGE, lambda x: x.sum(1), None),
     (MERGE, lambda x: x.flatten(1, 2), None),
+    (MERGE, lambda x: torch.cat(x.unbind(1), 1), None),
     # positions/rope
     (ROPE, lambda x, p, base: rope_with(x, p, base, half=False), "interleaved layout"),
     (ROPE, lambda x, p, base: rope_with(x, -p, base), "the wrong way"),
@@ -439,6 +559,7 @@ MISTAKES = [
     ),
     (NORM, lambda x, w, b, eps: (x - x.mean(-1)) / torch.sqrt(x.var(-1) + eps) * w + b, None),
     (NORM, lambda x, w, b, eps: ln(x * w + b, 1.0, 0.0, eps), "after normalising"),
+    (NORM, lambda x, w, b, eps: ln(x, w, b, eps, dim=1), "the last axis"),
     (
         NORM,
         lambda x, w, b, eps: (
@@ -446,7 +567,7 @@ MISTAKES = [
             + eps * w
             + b
         ),
-        VAGUE,
+        "brackets are missing",
     ),
     # decoding/cache-step
     (
@@ -478,6 +599,15 @@ MISTAKES = [
     (
         CACHE,
         lambda ck, cv, q, k, v: (
+            attn(q, torch.cat([ck, k], -1), torch.cat([cv, v], -1)),
+            torch.cat([ck, k], -1),
+            torch.cat([cv, v], -1),
+        ),
+        None,
+    ),
+    (
+        CACHE,
+        lambda ck, cv, q, k, v: (
             attn(q, torch.cat([ck, k], 1), torch.cat([cv, v], 1)),
             torch.cat([ck, k], 1),
             torch.cat([cv, v], 1),
@@ -499,6 +629,7 @@ MISTAKES = [
     (TOP_P, lambda probs, p: nucleus(probs, p, norm=False) / p, "not by p"),
     (TOP_P, lambda probs, p: nucleus(probs, p, keep=lambda m, v, p: m < p), "past p"),
     (TOP_P, lambda probs, p: torch.where(probs >= p, probs, 0.0), None),
+    (TOP_P, nucleus_mask_unsorted, "mask is in sorted order"),
     # serving/gather-pages
     (PAGES, lambda pg, t, n: pg[: len(t)].transpose(0, 1).flatten(1, 2)[:, :n], "first pages"),
     (
@@ -522,6 +653,7 @@ MISTAKES = [
     (PAGES, lambda pg, t, n: pg[t].flatten(0, 2)[:n], None),
     (PAGES, lambda pg, t, n: pg[t].transpose(0, 1).flatten(1, 2)[:, : n - 1], None),
     (PAGES, lambda pg, t, n: pg[t].transpose(0, 1).flatten(1, 2)[:, 1 : n + 1], None),
+    (PAGES, lambda pg, t, n: pg[t].transpose(0, 1).flatten(1, 2)[:, -n:], None),
     # flash-attention/online-softmax
     (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, rescale=(True, False)), "not rescaled"),
     (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, rescale=(False, False)), "not rescaled"),
@@ -534,7 +666,7 @@ MISTAKES = [
     (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, div=False), "not divided by the running sum"),
     (ONLINE, full_softmax_tiled, None),
     (ONLINE, lambda q, k, v, n: right_attention(q, k, v), None),
-    (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, stop=lambda S, n: max(S - n, 1)), VAGUE),
+    (ONLINE, lambda q, k, v, n: tiles(q, k, v, n, stop=lambda S, n: S - n), "one block early"),
     # efficient-attention/linear-attention
     (LINEAR, lambda q, k, v: phi(q) @ (phi(k).mT @ v), "normaliser is missing"),
     (LINEAR, lambda q, k, v: linear(q, k, v, f=F.elu), "elu(x) alone"),
@@ -544,7 +676,7 @@ MISTAKES = [
     (LINEAR, lambda q, k, v: linear(q, k, phi(v)), "q and k only"),
     (LINEAR, lambda q, k, v: linear(q * q.size(-1) ** -0.5, k, v), "no 1/sqrt(D)"),
     (LINEAR, quadratic_linear, None),
-    (LINEAR, lambda q, k, v: linear(q, k, v, f=torch.exp), VAGUE),
+    (LINEAR, lambda q, k, v: linear(q, k, v, f=torch.exp), "not exp(x)"),
     # recurrence/delta-step
     (DELTA, lambda *args: delta(*args, kind="value"), "writes the value"),
     (DELTA, lambda *args: delta(*args, kind="stale recall"), "before the decay"),
@@ -554,6 +686,24 @@ MISTAKES = [
     (DELTA, lambda *args: delta(*args, kind="no beta"), "written whole"),
     (DELTA, lambda *args: delta(*args)[0], None),
     (DELTA, lambda *args: (delta(*args)[0], delta(*args)[1].mT), None),
+    (DELTA, delta_kept_old, "state before the decay"),
+    (DELTA, delta_decayed_last, "decayed after the write"),
+    (DELTA, lambda *args: delta_with(*args, decay=lambda g: torch.exp(-g)), "not exp(-g)"),
+    (DELTA, lambda *args: delta_with(*args, recall=plain), "recall S'^T k"),
+    (DELTA, lambda *args: delta_with(*args, read=plain), "read S_t^T q"),
+    (DELTA, lambda *args: delta_with(*args, recall=plain, read=plain), "S k sums over"),
+    (DELTA, delta_error_k, "k e^T"),
+    (DELTA, delta_beta_on_v, "not the value alone"),
+    (DELTA, lambda *args: delta_with(*args, rate=torch.sigmoid), "without a sigmoid"),
+    (
+        DELTA,
+        lambda state, q, k, v, g, beta: delta_with(state, q / q.size(-1) ** 0.5, k, v, g, beta),
+        "already scaled",
+    ),
+    (DELTA, delta_in_place, None),
+    (DELTA, delta_flat_g, None),
+    (DELTA, delta_vector_matrix, None),
+    (DELTA, lambda *args: delta_with(*args)[::-1], None),
     # sparse-attention/indexer-scores
     (INDEXER, lambda q, k, w: index(q, k, w, relu=lambda x: x), "ReLU is missing"),
     (
@@ -569,6 +719,65 @@ MISTAKES = [
     (INDEXER, lambda q, k, w: index(q, k, w, fill=0.0), "not 0"),
     (INDEXER, lambda q, k, w: torch.relu(q @ k[:, None].mT / q.size(-1) ** 0.5), None),
     (INDEXER, lambda q, k, w: index(q, k, w.flip(-1)), None),
+    (
+        INDEXER,
+        lambda q, k, w: masked(weighted(q, k, w), future(*q.shape[-2:-1], k.size(1), 0)),
+        "own key",
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            weighted(q, k, w), qkv.causal_mask(q.size(-2), k.size(1), alignment="bottom_right")
+        ),
+        "the mask is inverted",
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: torch.softmax(masked(weighted(q, k, w), future(q.size(-2), k.size(1))), -1),
+        "not normalised",
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(heads_relu(q, k).mean(1), future(q.size(-2), k.size(1))),
+        "heads' mean",
+    ),
+    (INDEXER, lambda q, k, w: masked(weighted(q, k, w), future(q.size(-2), k.size(1)), -1e9), None),
+    (
+        INDEXER,
+        lambda q, k, w: (
+            masked(weighted(q, k, w), future(q.size(-2), k.size(1))) / q.size(-1) ** 0.5
+        ),
+        None,
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            (torch.relu(q @ k.mT / q.size(-1) ** 0.5) * w.mT[..., None]).sum(1),
+            future(q.size(-2), k.size(1)),
+        ),
+        None,
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            (heads_relu(q, k) * w[..., None]).sum(1), future(q.size(-2), k.size(1))
+        ),
+        None,
+    ),
+    (INDEXER, lambda q, k, w: (heads_relu(q, k) * w.mT[..., None]).sum(-1), None),
+    (
+        INDEXER,
+        lambda q, k, w: masked(weighted(q, k, w), ~future(q.size(-2), k.size(1), 0)),
+        None,
+    ),
+    (
+        INDEXER,
+        lambda q, k, w: masked(
+            weighted(q, k, w.reshape(w.size(0), w.size(2), w.size(1)).mT),
+            future(q.size(-2), k.size(1)),
+        ),
+        None,
+    ),
     # long-context/streaming-window
     (WINDOW, lambda x, window, sinks: x[..., -window:, :], "plain sliding window"),
     (
@@ -600,6 +809,11 @@ MISTAKES = [
     (WINDOW, lambda x, window, sinks: x, "the input x, unchanged"),
     (WINDOW, lambda x, window, sinks: stream(x, window, sinks, recent=window - sinks - 1), None),
     (WINDOW, lambda x, window, sinks: x[..., :window, :], None),
+    (
+        WINDOW,
+        lambda x, window, sinks: torch.cat([x[..., :sinks, :], x[..., sinks - window :, :]], -2),
+        None,
+    ),
     # attention-across-devices/merge-partials
     (PARTIALS, lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)), "averaging"),
     (
@@ -658,6 +872,14 @@ MISTAKES = [
         "softmax over the two blocks",
     ),
     (PARTIALS, lambda oa, la, ob, lb: merged(oa, la, ob, lb)[0], None),
+    (
+        PARTIALS,
+        lambda oa, la, ob, lb: (
+            merged(oa, la, ob, lb)[0],
+            torch.log(torch.exp(la) + torch.exp(lb)),
+        ),
+        "log(exp(lse_a) + exp(lse_b)) overflowed",
+    ),
     (
         PARTIALS,
         lambda oa, la, ob, lb: (merged(oa, la, ob, lb)[0], torch.logaddexp(la, lb)[..., None]),

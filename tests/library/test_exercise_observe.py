@@ -49,6 +49,13 @@ def test_what_is_seen_is_said(got, seen):
     assert seen in observe(got, RIGHT, close)
 
 
+def test_a_square_result_transposed_is_seen():
+    square = RIGHT[:, :3, :3]
+    assert observe(square.mT, square, close) == (
+        "observed: the right values, transposed: the last two axes swapped"
+    )
+
+
 def test_nothing_is_said_of_a_right_answer_or_of_noise():
     assert observe(RIGHT.clone(), RIGHT, close) is None
     noise = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -61,3 +68,41 @@ def test_a_mask_moved_by_a_diagonal_is_seen_as_a_shift():
     assert "moved 1 place" in observe(
         got, right, lambda a, b: a.shape == b.shape and torch.equal(a, b)
     )
+
+
+def _causal_scores(diagonal: int) -> torch.Tensor:
+    """Scores 1..16 with -inf on the keys after each query (above `diagonal`)."""
+    scores = torch.arange(1.0, 17.0, dtype=torch.float64).reshape(4, 4)
+    return scores.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(diagonal), -torch.inf)
+
+
+MASKED = _causal_scores(1)
+
+
+@pytest.mark.parametrize(
+    ("got", "seen"),
+    [
+        (MASKED * 2, "every value is 2 times the expected one"),
+        (MASKED.nan_to_num(neginf=-1e9), "the right values, except -1e+09 where -inf is expected"),
+        (
+            torch.where(MASKED.isinf(), 1.0, -torch.inf).double(),
+            "-inf exactly where the expected values are finite",
+        ),
+        (_causal_scores(0), "the -inf entries moved 1 place earlier along axis -1"),
+        (
+            MASKED.mT.masked_fill(torch.eye(4, dtype=torch.bool), 1.0),
+            "-inf on the other side of the diagonal",
+        ),
+        (
+            MASKED.masked_fill(torch.eye(4, dtype=torch.bool) & (torch.arange(4) == 2), -torch.inf),
+            "-inf at 1 place more than expected, the first at [2, 2]",
+        ),
+        (
+            MASKED.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(3), 0.0),
+            "a number at 1 place where -inf is expected, the first at [0, 3]",
+        ),
+    ],
+    ids=["scale", "filled", "inverted", "moved", "transposed", "extra", "missing"],
+)
+def test_entries_masked_with_minus_inf_are_seen(got, seen):
+    assert seen in observe(got, MASKED, close)

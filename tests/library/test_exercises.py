@@ -880,6 +880,29 @@ def test_a_wrong_mask_is_drawn_as_two_grids(capsys):
     )
 
 
+def test_wrong_values_point_at_a_wrong_entry_not_at_a_shared_minus_inf(capsys):
+    """-inf - -inf is NaN: the largest error must not land on a key masked in both."""
+    result = run(
+        "sparse-attention/indexer-scores", lambda q, k, w: indexer_scores(q, k, w) * 0.5, capsys
+    )
+    assert "wrong values: 5 of 16 differ; the largest error is 1.3e+00\n" in result.message
+    assert "  at [0, 3, 0]: expected -2.696, got -1.348\n" in result.message
+    assert "observed: every value is 0.5 times the expected one" in result.message
+
+
+def test_a_number_where_minus_inf_is_expected_is_said(capsys):
+    result = run(
+        "sparse-attention/indexer-scores",
+        lambda q, k, w: indexer_scores(q, k, w).nan_to_num(neginf=-1e4),
+        capsys,
+    )
+    assert result.message.endswith(
+        "wrong values: 6 of 16 differ, 6 of them finite where -inf is expected\n"
+        "  at [0, 0, 1]: expected -inf, got -1e+04\n"
+        "observed: the right values, except -1e+04 where -inf is expected"
+    )
+
+
 # --- the call ----------------------------------------------------------------------------------------------
 
 
@@ -1027,17 +1050,44 @@ def test_a_warning_is_shown_and_never_raised(capsys):
 
 
 @pytest.mark.parametrize(
+    ("name", "wrong", "hint"),
+    [
+        (  # torch's softmax axis is the last one on 2-D scores: the scale is what is wrong
+            ATTENTION,
+            lambda q, k, v: F.softmax(q @ k.mT) @ v,
+            None,
+        ),
+        (  # .T of the 1-D v changes nothing: the missing tanh is what is wrong
+            "additive-vs-dot-product/additive-scores",
+            lambda query, keys, W, U, v: ((query @ W.T)[:, :, None] + (keys @ U.T)[:, None]) @ v.T,
+            "tanh is missing: e_ij = v . tanh(W q_i + U k_j)",
+        ),
+    ],
+    ids=["softmax-2d", "T-1d"],
+)
+def test_a_warning_that_changes_nothing_here_names_no_cause(name, wrong, hint, capsys):
+    result = run(name, wrong, capsys)
+    assert "  it warned: UserWarning: " in result.message
+    assert result.hint == hint
+
+
+@pytest.mark.parametrize(
     ("name", "wrong", "cost"),
     [
         (
             "flash-attention/online-softmax",
             lambda q, k, v, block_size: attention(q, k, v),
-            "the full (L, S) scores",
+            "more than one block of scores per query",
         ),
         (
             "flash-attention/online-softmax",
             lambda q, k, v, block_size: torch.softmax(q @ k.mT * q.size(-1) ** -0.5, -1) @ v,
-            "the full (L, S) scores",
+            "more than one block of scores per query",
+        ),
+        (
+            "flash-attention/online-softmax",
+            lambda q, k, v, block_size: online_softmax(q, k, v, 2 * block_size),
+            "more than one block of scores per query",
         ),
         (
             "efficient-attention/linear-attention",
@@ -1047,7 +1097,7 @@ def test_a_warning_is_shown_and_never_raised(capsys):
             "the (N, S) scores",
         ),
     ],
-    ids=["online-sdpa", "online-full-softmax", "linear-quadratic"],
+    ids=["online-sdpa", "online-full-softmax", "online-two-blocks", "linear-quadratic"],
 )
 def test_the_full_score_matrix_fails_where_tiles_or_linear_cost_are_asked(
     name, wrong, cost, capsys
@@ -1057,6 +1107,33 @@ def test_the_full_score_matrix_fails_where_tiles_or_linear_cost_are_asked(
     message = result.message.replace("\n  ", " ")
     assert "right values, but your function built a tensor of shape (2, " in message
     assert f"the size of {cost}, which the exercise asks you never to hold" in message
+
+
+def per_query(query, keys, W, U, v):
+    """Right values, one query at a time."""
+    rows = [torch.tanh(query[:, i, None] @ W.T + keys @ U.T) @ v for i in range(query.size(1))]
+    return torch.stack(rows, 1)  # (B, L, S)
+
+
+def per_sequence(query, keys, W, U, v):
+    """Right values, one sequence of the batch at a time."""
+    return torch.stack(
+        [additive_scores(query[b, None], keys[b, None], W, U, v)[0] for b in range(len(query))]
+    )
+
+
+@pytest.mark.parametrize(
+    ("loop", "counts"),
+    [(per_query, "made 10 torch calls on this case and 18 on case 1"), (per_sequence, "case 1")],
+    ids=["queries", "batch"],
+)
+def test_a_loop_fails_where_the_statement_asks_for_none(loop, counts, capsys):
+    result = run("additive-vs-dot-product/additive-scores", loop, capsys)
+    assert not result
+    message = result.message.replace("\n  ", " ")
+    assert f"right values, but {loop.__name__} made " in message
+    assert counts in message
+    assert "as a Python loop's does, where the exercise asks for none" in message
 
 
 def test_checking_every_right_solution_takes_well_under_a_second(capsys):

@@ -31,6 +31,8 @@ two lines say to write the body. A failure goes on with `case (<label>): <argume
     right values, but <fn> built a tensor of shape (2, 6, 16), 192 entries: the size of the full (L, S)
         scores, which the exercise asks you never to hold      (the exercises that ask for tiles or
                                                                 linear cost, on the cases that can tell)
+    right values, but <fn> made 24 torch calls on this case and 13 on case 1: ...
+                                                               (a loop, where the exercise asks for none)
     <fn> was stopped after 10 s on this case, ...
 
 prefixed with the output's name (`lse: wrong values: ...`) for an exercise that returns several, and
@@ -41,7 +43,8 @@ own, then: every value is 0, an input handed back, the result transposed) does w
 the same values or the same kind of error, and differs from the reference on two cases or more. Otherwise
 comes `observed: <what is seen>`, if anything is: the right values with the axes in another order, every
 value a constant times the right one, each row its own multiple, the rows' values in another order, the
-values moved along an axis, which rows are right. Lines are at most 78 characters; there are no colours.
+values moved along an axis, which rows are right, where -inf (a masked entry) is against where it
+should be. Lines are at most 78 characters; there are no colours.
 
 Each call runs within a budget of 10 seconds a case (on the main thread, where `SIGALRM` exists), with a
 line of progress every 2 seconds; its warnings are recorded, not printed or raised; an exception from `fn`,

@@ -3,10 +3,11 @@
 `call` runs the function on copies of a case's arguments, within a time budget (on the main thread of a
 system with `SIGALRM`: progress is printed while a slow case runs, and the call is stopped when the budget
 is spent), records its warnings instead of letting them print or raise, notices inputs changed in place,
-and, on a case that sets `largest`, the largest tensor it made. A `TorchFunctionMode` sees every torch
-function and method the function calls, and what each returns; views are not counted (they hold no memory
-of their own), and a fused `scaled_dot_product_attention` counts as the (..., L, S) scores it computes
-inside. (A `TorchDispatchMode` would see each aten operation, but entering the first one imports
+the largest tensor it made, how many torch calls, and the two slips torch only warns of that change the
+result: `.T` of a tensor of three axes or more (it reverses them all) and a softmax whose axis is left to
+torch on three axes or more (not the last). A `TorchFunctionMode` sees every torch function and method the
+function calls, and what each returns; views are not counted as tensors made (they hold no memory of their
+own), and a fused `scaled_dot_product_attention` counts as the (..., L, S) scores it computes inside. (A `TorchDispatchMode` would see each aten operation, but entering the first one imports
 `torch._dynamo`, seconds on a reader's first check.)
 """
 
@@ -51,6 +52,10 @@ class Call:
         (),
     )  # numel and shape of the largest tensor it made
     seconds: float = 0.0
+    calls: int = 0  # torch functions and methods it called
+    slips: set[str] = dataclasses.field(
+        default_factory=set
+    )  # "T", "softmax dim"
 
     @property
     def over_budget(self) -> bool:
@@ -69,7 +74,7 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
     """Run `fn` on copies of `case`'s arguments; `what` names the case in progress lines."""
     args = copies(case)
     result = Call()
-    watch = _Largest() if case.largest is not None else contextlib.nullcontext()
+    watch = _Watch()
     start, running = time.monotonic(), [True]
     warn_always = torch.is_warn_always_enabled()
     torch.set_warn_always(
@@ -94,8 +99,11 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
             torch.set_warn_always(warn_always)
     result.seconds = time.monotonic() - start
     result.warned = [f"{w.category.__name__}: {w.message}" for w in caught]
-    if isinstance(watch, _Largest):
-        result.largest = watch.largest
+    result.largest, result.calls, result.slips = (
+        watch.largest,
+        watch.calls,
+        watch.slips,
+    )
     result.changed = [
         name
         for (name, before), after in zip(case.args.items(), args, strict=True)
@@ -120,15 +128,26 @@ def _unchanged(before: Tensor, after: object) -> bool:
     )
 
 
-class _Largest(TorchFunctionMode):
+class _Watch(TorchFunctionMode):
     """Remembers the largest tensor that a torch function or method made (views hold no memory of
-    their own and are not counted; fused attention counts as its (..., L, S) scores)."""
+    their own and are not counted; fused attention counts as its (..., L, S) scores), counts the
+    calls, and notes the slips: `.T` or a softmax without `dim` on three axes or more."""
 
     def __init__(self) -> None:
         super().__init__()
         self.largest: tuple[int, tuple[int, ...]] = (0, ())
+        self.calls = 0
+        self.slips: set[str] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        first = args[0] if args else None
+        if isinstance(first, Tensor) and first.dim() >= 3:
+            if getattr(func, "__self__", None) is Tensor.T:
+                self.slips.add("T")
+            dim = (kwargs or {}).get("dim", args[1] if len(args) > 1 else None)
+            if func in (F.softmax, F.log_softmax) and dim is None:
+                self.slips.add("softmax dim")  # torch's choice: 0 or 1
         out = func(*args, **(kwargs or {}))
         made = out if isinstance(out, tuple | list) else (out,)
         shapes = [

@@ -157,6 +157,7 @@ def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
             lines, position = _verdict(
                 exercise, case, caller, expected[index], made[index]
             )
+            lines = lines or _loops(cases, made, caller)
             if lines:
                 break
         else:
@@ -244,6 +245,25 @@ def _verdict(
             f"size of {case.cost}, which the exercise asks you never to hold"
         ], None
     return [], None
+
+
+def _loops(cases: list[Case], made: list[Call], caller: str) -> list[str]:
+    """The last call, right, made another number of torch calls than the first counted case."""
+    counted = [
+        (index, call.calls)
+        for index, (case, call) in enumerate(zip(cases, made, strict=False))
+        if case.counted
+    ]
+    if len(counted) < 2 or counted[-1][0] != len(made) - 1:
+        return []
+    (first, before), (_, now) = counted[0], counted[-1]
+    if now == before:
+        return []
+    return [
+        f"right values, but {caller} made {now} torch calls on this case and "
+        f"{before} on case {first + 1}: their number follows the sizes, as a "
+        "Python loop's does, where the exercise asks for none"
+    ]
 
 
 # --- comparing ---------------------------------------------------------------------------------------------
@@ -372,11 +392,19 @@ def _wrong_values(
     rtol, atol = tolerance or TOLERANCE.get(expected.dtype, (1e-2, 1e-3))
     wrong = ~torch.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
     broken = wrong & ~got.isfinite()
+    # a number where the expected value is not one (-inf: a masked key)
+    lost = wrong & ~expected.isfinite()
     if broken.any():
         at = tuple(broken.nonzero()[0].tolist())
         head = f"wrong values: {_count(wrong)} differ, {int(broken.sum())} of them inf or NaN"
-    else:
-        errors = ((got - expected).abs() * wrong).flatten()
+    elif lost.any():
+        at = tuple(lost.nonzero()[0].tolist())
+        head = (
+            f"wrong values: {_count(wrong)} differ, {int(lost.sum())} of them "
+            f"finite where {expected[at].item()} is expected"
+        )
+    else:  # both finite where they differ: the largest difference
+        errors = torch.where(wrong, got - expected, 0).abs().flatten()
         at = tuple(
             int(i) for i in torch.unravel_index(errors.argmax(), got.shape)
         )
@@ -425,15 +453,12 @@ def _hint(
     """
     failed = made[index]
     said = str(failed.error) if failed.error is not None else ""
-    if any("`x.T`" in warned for warned in failed.warned):
+    if "T" in failed.slips:
         return (
             ".T reverses every axis of a batched tensor: transpose the last two, "
             "x.transpose(-2, -1) (or x.mT)"
         )
-    if any(
-        "Implicit dimension choice for softmax" in warned
-        for warned in failed.warned
-    ):
+    if "softmax dim" in failed.slips:
         return (
             "softmax without dim= picks the axis from the tensor's number of axes: "
             "pass dim=-1, the keys"

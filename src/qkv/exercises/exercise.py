@@ -31,6 +31,8 @@ class Case:
     # entries no tensor the reader's function makes may reach: its cost
     largest: int | None = None
     cost: str = ""  # what `largest` stands for, in the verdict: "the full (L, S) scores"
+    # torch calls counted and compared with the other counted cases: a loop's grow with the sizes
+    counted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

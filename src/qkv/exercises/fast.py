@@ -160,7 +160,12 @@ def online(
     )  # running max (..., L)
     total = torch.zeros(q.shape[:-1], dtype=q.dtype)  # running sum (..., L)
     acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)  # (..., L, Dv)
-    for start in range(0, S if tail else S - S % block_size, block_size):
+    stop = {
+        True: S,
+        False: S - S % block_size,
+        "one block less": S - block_size,
+    }
+    for start in range(0, stop[tail], block_size):
         k_block, v_block = (
             k[..., start : start + block_size, :],
             v[..., start : start + block_size, :],
@@ -194,7 +199,7 @@ def online_cases(gen: torch.Generator) -> list[Case]:
         ("length 1", (), 1, 1, 4, 4, 2, torch.float64),
         ("batch and heads", (2, 3), 4, 7, 8, 5, 3, torch.float64),
         ("float32", (2, 2), 5, 6, 4, 4, 4, torch.float32),
-        ("many keys, small blocks", (2,), 6, 16, 2, 3, 4, torch.float64),
+        ("many keys, small blocks", (2,), 8, 16, 2, 2, 4, torch.float64),
     ]
     cases = [
         Case(
@@ -206,11 +211,12 @@ def online_cases(gen: torch.Generator) -> list[Case]:
         )
         for label, batch, L, S, D, Dv, block, dtype in rows
     ]
-    watched = cases[
-        -1
-    ]  # its full scores (2, 6, 16) outnumber its inputs and any tile
+    # one block of its scores, (2, 8, 4), is as large as k or v, (2, 16, 2); two
+    # blocks, (2, 8, 8), are larger than any input, and the full scores twice that
     cases[-1] = dataclasses.replace(
-        watched, largest=2 * 6 * 16, cost="the full (L, S) scores"
+        cases[-1],
+        largest=2 * 8 * 8,
+        cost="more than one block of scores per query",
     )
     large = [  # (label, L, S, dtype, low, high)
         ("float32, large scores", 3, 7, torch.float32, -30, 30),
@@ -254,6 +260,11 @@ ONLINE_SOFTMAX = Exercise(
             "the last, shorter block is skipped when block_size does not divide S: "
             "loop over range(0, S, block_size)",
             lambda *args: online(*args, tail=False),
+        ),
+        Mistake(
+            "the last block is skipped: range(0, S - block_size, block_size) stops "
+            "one block early; range(0, S, block_size) reaches every key",
+            lambda *args: online(*args, tail="one block less"),
         ),
         Mistake(
             BY_D,
@@ -349,6 +360,11 @@ LINEAR_ATTENTION = Exercise(
             lambda q, k, v: kernelised(q, k, F.elu(v) + 1),
         ),
         Mistake(
+            "phi(x) = elu(x) + 1, not exp(x): elu(x) + 1 grows like x for x > 0, "
+            "exp(x) like the softmax's own weights",
+            lambda q, k, v: kernelised(q, k, v, phi=torch.exp),
+        ),
+        Mistake(
             "linear attention has no 1/sqrt(D) scale: phi(q) and phi(k) of q and k themselves",
             lambda q, k, v: kernelised(q / math.sqrt(q.size(-1)), k, v),
         ),
@@ -408,6 +424,10 @@ def shares(lse_a: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
     return torch.exp(lse_a - lse)[..., None], torch.exp(lse_b - lse)[..., None]
 
 
+LITERAL_LSE = (
+    "log(exp(lse_a) + exp(lse_b)) overflowed: write it as torch.logaddexp(lse_a, lse_b), "
+    "which subtracts the larger lse first"
+)
 MERGE_PARTIALS = Exercise(
     name="attention-across-devices/merge-partials",
     signature="fn(out_a, lse_a, out_b, lse_b)",
@@ -451,10 +471,13 @@ MERGE_PARTIALS = Exercise(
             "lse_b), which subtracts the larger lse first",
             merge_naive,
         ),
-        Mistake(
-            "log(exp(lse_a) + exp(lse_b)) overflowed: write it as torch.logaddexp(lse_a, lse_b), "
-            "which subtracts the larger lse first",
-            merge_literal,
+        Mistake(LITERAL_LSE, merge_literal),
+        Mistake(  # the output merged stably, the lse as the formula reads
+            LITERAL_LSE,
+            lambda oa, la, ob, lb: (
+                shares(la, lb)[0] * oa + shares(la, lb)[1] * ob,
+                torch.log(la.exp() + lb.exp()),
+            ),
         ),
         Mistake(
             "lse is (..., L): give the shares an axis, exp(lse_a - lse)[..., None], to weigh each "

@@ -79,6 +79,26 @@ ATTENTION = Exercise(
             "the last axis, must sum to 1, softmax(dim=-1)",
             lambda q, k, v: attend(q, k, v, dim=0),
         ),
+        *(
+            Mistake(
+                "the scale uses the size of another axis: D is the last, "
+                "q.size(-1), whatever the leading axes",
+                lambda q, k, v, axis=axis: attend(
+                    q, k, v, scale=1 / math.sqrt(q.size(axis))
+                ),
+            )
+            for axis in (0, 1, -2)
+        ),
+        Mistake(
+            "the softmax runs over axis 1, the keys only when q is 2-D: count from "
+            "the end, softmax(dim=-1)",
+            lambda q, k, v: attend(q, k, v, dim=1),
+        ),
+        Mistake(
+            "the output is divided by sqrt(D): the scale goes on the scores, inside "
+            "the softmax, softmax(q k^T / sqrt(D)) v",
+            lambda q, k, v: attend(q, k, v, scale=1.0) / math.sqrt(q.size(-1)),
+        ),
         Mistake(NO_MAX, lambda q, k, v: attend(q, k, v, softmax=naive_softmax)),
         Mistake(
             "the softmax is missing: weights = softmax(scores, dim=-1), then weights @ v",
@@ -172,6 +192,13 @@ STABLE_SOFTMAX = Exercise(
         Mistake(
             "that is the log of the softmax (log_softmax): take exp(x - max) / its sum",
             lambda scores: torch.log_softmax(scores, -1),
+        ),
+        Mistake(
+            "subtract each row's max, not its mean: exp(x - mean) overflows, and "
+            "a masked -inf makes the mean -inf",
+            lambda scores: naive_softmax(
+                scores - scores.mean(-1, keepdim=True)
+            ),
         ),
     ),
 )
@@ -389,6 +416,7 @@ def additive_cases(gen: torch.Generator) -> list[Case]:
                 "U": normal(gen, A, Dk, dtype=dtype, std=Dk**-0.5),
                 "v": normal(gen, A, dtype=dtype),
             },
+            counted=True,  # the statement asks for no loop
         )
         for label, B, L, S, Dq, Dk, A, dtype in shapes
     ]

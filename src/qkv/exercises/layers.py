@@ -309,6 +309,7 @@ def layer_norm_cases(gen: torch.Generator) -> list[Case]:
         ("float32", (4, 5), 1e-5, 1.0, 0.0, torch.float32),
         ("float32, mean 1000", (3, 16), 1e-5, 1.0, 1000.0, torch.float32),
         ("float64, mean 1e8", (2, 8), 1e-5, 1.0, 1e8, torch.float64),
+        ("batch and heads", (2, 2, 3, 6), 1e-5, 1.0, 0.0, torch.float64),
     ]
     cases = []
     for label, shape, eps, std, mean, dtype in rows:
@@ -342,6 +343,13 @@ LAYER_NORM = Exercise(
             lambda *args: normalise(*args, inside=False),
         ),
         Mistake(
+            "brackets are missing: (x - mean) / sqrt(var + eps) * weight + bias; "
+            "as written, eps * weight is added to (x - mean) / sqrt(var)",
+            lambda x, weight, bias, eps: (
+                normalise(x, 1.0, 0.0, 0.0) + eps * weight + bias
+            ),
+        ),
+        Mistake(
             "divide by the standard deviation sqrt(var + eps), not by the variance",
             lambda *args: normalise(*args, sqrt=False),
         ),
@@ -359,9 +367,12 @@ LAYER_NORM = Exercise(
             "weight and bias are swapped: weight multiplies, bias adds",
             lambda x, weight, bias, eps: normalise(x, bias, weight, eps),
         ),
-        Mistake(
-            "normalise over the last axis, the D features of each row (dim=-1)",
-            lambda *args: normalise(*args, dim=0),
+        *(
+            Mistake(
+                "normalise over the last axis, the D features of each row (dim=-1)",
+                lambda *args, dim=dim: normalise(*args, dim=dim),
+            )
+            for dim in (0, 1)
         ),
         Mistake(
             "E[x^2] - E[x]^2 loses its digits when the mean is large: compute the variance as "

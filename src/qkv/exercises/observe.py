@@ -2,8 +2,10 @@
 
 When no known mistake explains an answer, the verdict says only what is seen: the right values with the
 axes in another order, or in another arrangement; every value a constant times, or a constant off, the
-right one; each row its own multiple of the right row; the rows' values in another order; the right
-values shifted along an axis; which rows are right.
+right one; each row its own multiple of the right row; the right values transposed; the rows' values in
+another order; the right values shifted along an axis; which rows are right; one number where -inf (a
+masked entry) is expected, or -inf elsewhere than expected. Entries that are -inf (or inf, or NaN) in both
+are left out of the comparison.
 """
 
 import itertools
@@ -23,15 +25,87 @@ def observe(got: Tensor, expected: Tensor, close) -> str | None:
         return None
     if expected.dtype == torch.bool:
         return _shifted(got, expected, close) or _rows(got, expected, close)
+    masked = _filled(got, expected, close) or _masked(got, expected)
+    if masked:
+        return masked
+    # masked in both: 0 in both, so that scales and orders see the rest
+    both = ~got.isfinite() & (
+        (got == expected) | (got.isnan() & expected.isnan())
+    )
+    got, expected = got.masked_fill(both, 0), expected.masked_fill(both, 0)
     if not got.isfinite().all():
         return _rows(got, expected, close)
     return (
         _scaled(got, expected, close)
         or _offset(got, expected, close)
         or _shifted(got, expected, close)
+        or _transposed(got, expected, close)
         or _permuted(got, expected, close)
         or _rows(got, expected, close)
     )
+
+
+def _transposed(got: Tensor, expected: Tensor, close) -> str | None:
+    if got.dim() >= 2 and close(got, expected.mT):
+        return (
+            "observed: the right values, transposed: the last two axes swapped"
+        )
+    return None
+
+
+def _filled(got: Tensor, expected: Tensor, close) -> str | None:
+    """The right values, but one number where -inf (or another non-number) is expected."""
+    hole = ~expected.isfinite()
+    if not hole.any() or not got[hole].isfinite().all():
+        return None
+    held = got[hole]
+    if not (held == held[0]).all() or not close(
+        got.masked_fill(hole, 0), expected.masked_fill(hole, 0)
+    ):
+        return None
+    wanted = expected[hole][0].item()
+    return (
+        f"observed: the right values, except {held[0].item():.4g} where {wanted} "
+        "is expected"
+    )
+
+
+def _masked(got: Tensor, expected: Tensor) -> str | None:
+    """Where -inf is, when it is not where the expected result has it."""
+    mine, theirs = got == -math.inf, expected == -math.inf
+    overflowed = got.isnan().any() or (got == math.inf).any()
+    if overflowed or torch.equal(mine, theirs):
+        return None
+    if mine.dim() >= 1 and torch.equal(mine, ~theirs):
+        return "observed: -inf exactly where the expected values are finite"
+    square = mine.dim() >= 2 and mine.size(-1) == mine.size(-2)
+    if square and torch.equal(mine, theirs.mT):
+        return (
+            "observed: -inf on the other side of the diagonal: where the "
+            "expected result has it, transposed"
+        )
+    moved = _shifted(mine, theirs, torch.equal)
+    if moved:
+        return moved.replace("the expected values", "the -inf entries")
+    extra, missing = mine & ~theirs, theirs & ~mine
+    if not missing.any():
+        first = [int(i) for i in extra.nonzero()[0]]
+        return (
+            f"observed: -inf at {_places(extra)} more than expected, "
+            f"the first at {first}"
+        )
+    if not extra.any():
+        first = [int(i) for i in missing.nonzero()[0]]
+        return (
+            f"observed: a number at {_places(missing)} where -inf is "
+            f"expected, the first at {first}"
+        )
+    return None
+
+
+def _places(where: Tensor) -> str:
+    n = int(where.sum())
+    return f"{n} place{'s' * (n != 1)}"
 
 
 def _reshaped(got: Tensor, expected: Tensor, close) -> str | None:

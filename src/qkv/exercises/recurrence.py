@@ -72,19 +72,48 @@ def stepped(
     recall_from="decayed",
     read="after",
     decay="exp",
-    rate=True,
+    rate="beta",
+    keep="decayed",
+    sides="",  # "recall", "read" or "both": which of the two uses S, not S^T
 ) -> tuple[Tensor, Tensor]:
     """The step as readers write it, with the knobs their mistakes turn."""
-    factor = {"exp": g.exp(), "g": g, "none": torch.ones_like(g)}[decay]
+    factor = {
+        "exp": g.exp(),
+        "g": g,
+        "none": torch.ones_like(g),
+        "exp(-g)": (-g).exp(),
+        "after the write": torch.ones_like(g),
+    }[decay]
     factor = factor[..., None, None]
     decayed = factor * state  # S' = exp(g) S
     held = decayed if recall_from == "decayed" else state
-    recalled = (k[..., None] * held).sum(-2)  # S'^T k: (..., Dv)
-    written = v - recalled if write == "error" else v
-    error = beta[..., None] * written if rate else written  # (..., Dv)
-    new = decayed + k[..., :, None] * error[..., None, :]  # + k error^T
+    recalled = _times(held, k, sides not in ("recall", "both"))  # S'^T k
+    written = v if write == "value" else v - recalled
+    rates = {
+        "beta": beta,
+        "none": torch.ones_like(beta),
+        "sigmoid": beta.sigmoid(),
+    }
+    if rate == "value only":  # beta v - S'^T k
+        error = beta[..., None] * v - recalled
+    else:
+        error = rates[rate][..., None] * written  # (..., Dv)
+    kept = decayed if keep == "decayed" else state
+    if write == "error k^T":  # (..., Dv, Dk): adds only where Dk = Dv
+        new = kept + error[..., :, None] * k[..., None, :]
+    else:
+        new = kept + k[..., :, None] * error[..., None, :]  # + k error^T
+    if decay == "after the write":  # (S + beta k (v - S^T k)^T) exp(g)
+        new = g.exp()[..., None, None] * new
     readable = new if read == "after" else decayed
-    return (q[..., None] * readable).sum(-2), new
+    return _times(readable, q, sides not in ("read", "both")), new
+
+
+def _times(state: Tensor, x: Tensor, transposed: bool) -> Tensor:
+    """state^T x (..., Dv); untransposed, state x (..., Dk), as Dk = Dv allows."""
+    if transposed:
+        return (x[..., :, None] * state).sum(-2)
+    return (state * x[..., None, :]).sum(-1)
 
 
 DELTA_STEP = Exercise(
@@ -121,7 +150,50 @@ DELTA_STEP = Exercise(
         Mistake(
             "the error is written whole: scale it by the learning rate beta, "
             "S' + k (beta (v - S'^T k))^T",
-            lambda *args: stepped(*args, rate=False),
+            lambda *args: stepped(*args, rate="none"),
+        ),
+        Mistake(
+            "the write adds to the state before the decay: S_t = S' + beta k (v - "
+            "S'^T k)^T, with S' = exp(g) S in both places",
+            lambda *args: stepped(*args, keep="old"),
+        ),
+        Mistake(
+            "the state is decayed after the write, which shrinks this token's pair "
+            "too: decay first, S' = exp(g) S, then write",
+            lambda *args: stepped(*args, decay="after the write"),
+        ),
+        Mistake(
+            "g <= 0 is the log of the decay: multiply by exp(g), not exp(-g), "
+            "which grows the state",
+            lambda *args: stepped(*args, decay="exp(-g)"),
+        ),
+        *(
+            Mistake(
+                "the state is (Dk, Dv): recall S'^T k and read S_t^T q, sums over "
+                "Dk (k @ S for one head); S k sums over the values' axis",
+                lambda *args, sides=sides: stepped(*args, sides=sides),
+            )
+            for sides in ("recall", "read", "both")
+        ),
+        Mistake(
+            "the write is e k^T: it must be k e^T, (Dk, Dv), the key as a column "
+            "(k[..., :, None]) and the error as a row",
+            lambda *args: stepped(*args, write="error k^T"),
+        ),
+        Mistake(
+            "beta scales the whole error, beta (v - S'^T k), not the value alone",
+            lambda *args: stepped(*args, rate="value only"),
+        ),
+        Mistake(
+            "beta is the learning rate already, in [0, 1]: use it as it is, "
+            "without a sigmoid",
+            lambda *args: stepped(*args, rate="sigmoid"),
+        ),
+        Mistake(
+            "q is already scaled: o = S_t^T q, with no 1/sqrt(Dk)",
+            lambda state, q, k, v, g, beta: stepped(
+                state, q / q.size(-1) ** 0.5, k, v, g, beta
+            ),
         ),
     ),
 )

@@ -47,6 +47,7 @@ def nucleus(
     norm=True,
     axis=-1,
     inverted=False,
+    unsorted=False,
 ):
     """Top-p as readers write it, with the knobs their mistakes turn."""
     ordered, order = probs.sort(dim=-1, descending=descending)  # (..., V)
@@ -55,6 +56,9 @@ def nucleus(
         keep = mass < p
     else:
         keep = (mass - ordered < p) if include_crossing else (mass <= p)
+    if unsorted:  # the sorted order's mask on the tokens' own order
+        kept = probs * keep
+        return kept / kept.sum(-1, keepdim=True)
     kept = ordered * (~keep if inverted else keep)
     if norm:
         kept = kept / kept.sum(-1, keepdim=True)
@@ -106,6 +110,11 @@ TOP_P = Exercise(
         Mistake(
             "the nucleus is zeroed and the rest kept: keep the most probable tokens",
             lambda probs, p: nucleus(probs, p, inverted=True),
+        ),
+        Mistake(
+            "the mask is in sorted order and probs in the tokens' order: put the "
+            "mask back at each token's index (scatter) before applying it",
+            lambda probs, p: nucleus(probs, p, unsorted=True),
         ),
         Mistake(
             "divide the kept probabilities by their own sum, not by p",

@@ -54,14 +54,19 @@ def scored(q: Tensor, k: Tensor, weights: Tensor, rule: str) -> Tensor:
     per_head = dots if rule in ("no relu", "relu after") else torch.relu(dots)
     if rule == "no weights":
         scores = per_head.sum(1)
+    elif rule == "mean":
+        scores = per_head.mean(1)
     else:
         scores = torch.einsum("blh,bhls->bls", weights, per_head)
     if rule == "relu after":
         scores = torch.relu(scores)
     alignment = "top_left" if rule == "top left" else "bottom_right"
-    keep = causal_mask(L, S, alignment=alignment)
+    keep = causal_mask(L, S, alignment=alignment)  # True: may be seen
+    if rule == "own key masked":
+        keep = torch.ones(L, S, dtype=torch.bool).tril(S - L - 1)
     fill = 0.0 if rule == "zero" else -math.inf
-    return scores.masked_fill(~keep, fill)
+    scores = scores.masked_fill(keep if rule == "inverted" else ~keep, fill)
+    return scores.softmax(-1) if rule == "softmax" else scores
 
 
 INDEXER_SCORES = Exercise(
@@ -100,6 +105,26 @@ INDEXER_SCORES = Exercise(
             "a future key must score -inf, not 0: 0 is a real score (every ReLU "
             "at 0) and top-k could pick it",
             lambda q, k, weights: scored(q, k, weights, "zero"),
+        ),
+        Mistake(
+            "a query sees its own key: only the keys after position S - L + i "
+            "get -inf, triu(S - L + 1), not triu(S - L)",
+            lambda q, k, weights: scored(q, k, weights, "own key masked"),
+        ),
+        Mistake(
+            "the mask is inverted: masked_fill fills where the mask is True, and "
+            "causal_mask is True where a key may be seen; fill where it is False",
+            lambda q, k, weights: scored(q, k, weights, "inverted"),
+        ),
+        Mistake(
+            "the indexer's scores are not normalised: no softmax, top-k ranks "
+            "the weighted sums as they are",
+            lambda q, k, weights: scored(q, k, weights, "softmax"),
+        ),
+        Mistake(
+            "that is the heads' mean: weight head h by weights[..., h] and sum "
+            "over the heads",
+            lambda q, k, weights: scored(q, k, weights, "mean"),
         ),
     ),
 )
