@@ -80,9 +80,17 @@ def speculative_generate(
         TypeError, ValueError: as `generate` for either model; models of different vocabularies; a batch
             other than 1; `k` not a positive int.
     """
-    for model in (target, draft):
+    for name, model in (("target", target), ("draft", draft)):
         _check_generate(
-            model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed
+            model,
+            ids,
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            seed,
+            name=name,
         )
     if draft.config.vocab_size != target.config.vocab_size:
         raise ValueError(

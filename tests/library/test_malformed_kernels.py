@@ -28,7 +28,11 @@ def random(*shape):
     return torch.randn(*shape, dtype=torch.float16, device=DEVICE)
 
 
-@pytest.mark.parametrize("key_lengths", [[5, -3], [99, 7]], ids=["negative", "beyond-S"])
+@pytest.mark.parametrize(
+    "key_lengths",
+    [[5, -3], [99, 7], [2**32, -(2**32) + 5]],  # the last wrap to 0 and 5 in int32
+    ids=["negative", "beyond-S", "beyond-int32"],
+)
 def test_key_lengths_outside_zero_to_s_act_as_zero_or_s(key_lengths):
     q, k, v = random(2, 2, 4, 16), random(2, 2, 16, 16), random(2, 2, 16, 16)
     lengths = torch.tensor(key_lengths, device=DEVICE)
