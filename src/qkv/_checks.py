@@ -68,6 +68,26 @@ def check_bool(name: str, flag: object) -> None:
         )
 
 
+def check_device(device: object) -> None:
+    """Raise, naming `device`, unless it is None or a device torch knows ("cpu", "cuda:0", a torch.device).
+
+    Whether this machine has that device is torch's to say, when a tensor is made there.
+    """
+    if device is None or isinstance(device, torch.device):
+        return
+    if isinstance(device, bool) or not isinstance(device, str | int):
+        raise TypeError(
+            f"device must be a torch.device, a str such as 'cuda:0' or an int, got "
+            f"{type(device).__name__}"
+        )
+    try:
+        torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(
+            f"device must name a device torch knows, got {device!r}: {error}"
+        ) from None
+
+
 def check_sizes(minimum: int = 1, **sizes: object) -> None:
     """Raise unless every named size is an int of at least `minimum` (0 or 1)."""
     for name, size in sizes.items():

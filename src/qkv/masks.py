@@ -29,6 +29,7 @@ from torch import Tensor
 from qkv._checks import (
     check_broadcast,
     check_cumulative_lengths,
+    check_device,
     check_key_mask,
     check_mask,
     check_sizes,
@@ -268,10 +269,12 @@ def causal_mask(
         fully masked.
 
     Raises:
-        TypeError, ValueError: a length that is not a non-negative int, or an unknown `alignment`.
+        TypeError, ValueError: a length that is not a non-negative int, an unknown `alignment`, or a
+            `device` torch does not know.
     """
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
+    check_device(device)
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(
         _offset(q_len, k_len, alignment)
     )
@@ -300,12 +303,13 @@ def sliding_window_mask(
         bool `(L, S)`, True = may attend.
 
     Raises:
-        TypeError, ValueError: a length that is not a non-negative int, a `window` below 1, or an unknown
-            `alignment`.
+        TypeError, ValueError: a length that is not a non-negative int, a `window` below 1, an unknown
+            `alignment`, or a `device` torch does not know.
     """
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
     check_sizes(window=window)
+    check_device(device)
     last = torch.arange(q_len, device=device)[:, None] + _offset(
         q_len, k_len, alignment
     )  # (L, 1)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from qkv._checks import (
+    check_device,
     check_integer_tensor,
     check_same_dtype_and_device,
     check_scale,
@@ -152,7 +153,8 @@ class PagedKVCache:
         device: of the pool.
 
     Raises:
-        TypeError, ValueError: a size that is not a positive int, a `dtype` that is not floating point.
+        TypeError, ValueError: a size that is not a positive int, a `dtype` that is not floating point, a
+            `device` torch does not know.
 
     Attributes:
         key_pages: `(num_pages, kv_heads, page_size, D)`; `value_pages` likewise with Dv.
@@ -190,6 +192,7 @@ class PagedKVCache:
             raise TypeError(
                 f"dtype must be a floating-point torch.dtype, got {dtype!r}"
             )
+        check_device(device)
         self.page_size = page_size
         self.key_pages = torch.zeros(
             num_pages, kv_heads, page_size, head_dim, dtype=dtype, device=device

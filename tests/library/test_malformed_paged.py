@@ -207,6 +207,8 @@ def test_the_cache_refuses_malformed_input_by_name():
         PagedKVCache(4, True, 2, 8)
     with pytest.raises(ValueError, match=r"value_dim must be positive"):
         PagedKVCache(4, 4, 2, 8, value_dim=0)
+    with pytest.raises(ValueError, match=r"device must name a device torch knows, got 'gpu'"):
+        PagedKVCache(4, 4, 2, 8, device="gpu")
     cache = PagedKVCache(4, 4, 2, 8)
     with pytest.raises(TypeError, match=r"sequence must be hashable"):
         cache.add(["a"])

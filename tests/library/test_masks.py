@@ -195,6 +195,16 @@ def test_additive_and_bool_masks_give_the_same_attention():
             r"max_len must be an int, got float",
         ),
         (
+            lambda: qkv.causal_mask(3, device="gpu"),
+            ValueError,
+            r"device must name a device torch knows, got 'gpu'",
+        ),
+        (
+            lambda: qkv.sliding_window_mask(3, 2, device=[0]),
+            TypeError,
+            r"device must be a torch\.device, a str such as 'cuda:0' or an int, got list",
+        ),
+        (
             lambda: qkv.additive_to_keep(torch.zeros(2, 3, dtype=torch.bool)),
             TypeError,
             r"floating-point",
