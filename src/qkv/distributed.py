@@ -79,8 +79,12 @@ def ring_schedule(world: int, causal: bool = False) -> list[list[int | None]]:
 
     Returns:
         `schedule[rank][step]`: a rank, or None where the step computes nothing.
+
+    Raises:
+        TypeError, ValueError: `world` not a positive int, `causal` not a bool.
     """
     check_sizes(world=world)
+    check_bool("causal", causal)
     schedule = []
     for rank in range(world):
         sources = [(rank - step) % world for step in range(world)]
