@@ -506,10 +506,21 @@ def additive_to_keep(mask: Tensor) -> Tensor:
 
     Returns:
         bool, `mask`'s shape, True = may attend.
+
+    Raises:
+        TypeError: `mask` is not a floating-point tensor.
+        ValueError: `mask` holds NaN or +inf, which neither allow nor forbid (reads the values).
     """
     if not isinstance(mask, Tensor) or not mask.is_floating_point():
         raise TypeError(
             f"mask must be a floating-point tensor, got {getattr(mask, 'dtype', type(mask))}"
+        )
+    neither = mask.isnan() | mask.isposinf()
+    if bool(neither.any()):
+        where = tuple(int(i) for i in neither.nonzero()[0])
+        raise ValueError(
+            f"mask must hold finite biases or -inf, got {mask[where].item()} at {where} "
+            f"of mask {shape(mask)}"
         )
     return mask > float("-inf")
 

@@ -189,3 +189,11 @@ def test_every_rank_meets_every_block_once():
 def test_ring_schedule_refuses_malformed_input_by_name(world, causal, error, match):
     with pytest.raises(error, match=match):
         qkv.ring_schedule(world, causal)
+
+
+def test_a_group_that_is_not_a_process_group_is_refused_by_name():
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(
+        TypeError, match=r"group must be a torch\.distributed\.ProcessGroup or None, got int"
+    ):
+        qkv.ring_attention(q, q, q, group=3)

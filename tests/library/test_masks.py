@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import itertools
+import math
 import sys
 
 import pytest
@@ -203,6 +204,16 @@ def test_additive_and_bool_masks_give_the_same_attention():
             lambda: qkv.sliding_window_mask(3, 2, device=[0]),
             TypeError,
             r"device must be a torch\.device, a str such as 'cuda:0' or an int, got list",
+        ),
+        (
+            lambda: qkv.additive_to_keep(torch.tensor([[0.0, -math.inf], [math.nan, 1.0]])),
+            ValueError,
+            r"mask must hold finite biases or -inf, got nan at \(1, 0\) of mask \(2, 2\)",
+        ),
+        (
+            lambda: qkv.additive_to_keep(torch.tensor([0.0, math.inf])),
+            ValueError,
+            r"mask must hold finite biases or -inf, got inf at \(1,\)",
         ),
         (
             lambda: qkv.additive_to_keep(torch.zeros(2, 3, dtype=torch.bool)),
