@@ -29,11 +29,27 @@ from qkv.gpt import GPT, _check_generate, next_token_probabilities
 
 @dataclass(frozen=True)
 class SpeculativeStats:
-    """What a speculative run did: target forward passes, guesses drafted, guesses kept."""
+    """What a speculative run did: target forward passes, guesses drafted, guesses kept.
+
+    Raises:
+        TypeError, ValueError: a count that is not a non-negative int, more guesses kept than drafted.
+    """
 
     target_forwards: int
     drafted: int
     accepted: int
+
+    def __post_init__(self) -> None:
+        check_sizes(
+            0,
+            target_forwards=self.target_forwards,
+            drafted=self.drafted,
+            accepted=self.accepted,
+        )
+        if self.accepted > self.drafted:
+            raise ValueError(
+                f"accepted ({self.accepted}) must be at most drafted ({self.drafted})"
+            )
 
     @property
     def acceptance_rate(self) -> float:

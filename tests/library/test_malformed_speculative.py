@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qkv.gpt import GPT, GPTConfig, generate
-from qkv.speculative import speculative_generate
+from qkv.speculative import SpeculativeStats, speculative_generate
 
 META = "meta"  # a device with no data: stands in for another device than the CPU
 
@@ -71,3 +71,17 @@ def test_speculative_generate_refuses_malformed_input_by_name(arguments, error, 
             call.pop("max_new_tokens"),
             **call,
         )
+
+
+@pytest.mark.parametrize(
+    ("counts", "error", "match"),
+    [
+        ((1, 2, 3), ValueError, r"accepted \(3\) must be at most drafted \(2\)"),
+        ((-1, 0, 0), ValueError, r"target_forwards must be non-negative, got -1"),
+        ((1, 2.0, 1), TypeError, r"drafted must be an int, got float"),
+    ],
+    ids=["more-kept-than-drafted", "negative", "float"],
+)
+def test_stats_refuse_counts_that_cannot_be(counts, error, match):
+    with pytest.raises(error, match=match):
+        SpeculativeStats(*counts)
