@@ -72,6 +72,7 @@ def sliding_window_attention(
     if query.size(-2) == 0:
         return _no_attention(query, key, value)
     dtype = torch.promote_types(query.dtype, torch.float32)
+    window = min(window, query.size(-2))  # a longer window sees no more keys
     return _sliding_window(
         query.to(dtype), key.to(dtype), value.to(dtype), window
     ).to(query.dtype)

@@ -134,6 +134,10 @@ def parse_mask(
     """
     aligned = _alignment(is_causal, causal_name)
     _check_window(window, aligned, causal_name)
+    if (
+        window is not None
+    ):  # a longer window sees no more keys; the kernels take an int32
+        window = min(window, scores[-2] + scores[-1])
     if key_lengths is not None:
         _check_key_lengths(key_lengths, scores[0], query.device)
     if attn_mask is not None:
@@ -310,6 +314,7 @@ def sliding_window_mask(
     check_sizes(0, q_len=q_len, k_len=k_len)
     check_sizes(window=window)
     check_device(device)
+    window = min(window, q_len + k_len)  # sees every key up to i + offset
     last = torch.arange(q_len, device=device)[:, None] + _offset(
         q_len, k_len, alignment
     )  # (L, 1)

@@ -625,3 +625,9 @@ def test_multihead_attention_parses_its_masks_once():
         mha(x, key_padding_mask=ignore, is_causal=True, backend="triton")
 
     assert calls(run, masks.parse_mask, masks._alignment) == {"parse_mask": 1, "_alignment": 1}
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_a_window_past_any_int_is_the_causal_mask(alignment):
+    expected = qkv.causal_mask(3, 5, alignment=alignment)
+    assert torch.equal(qkv.sliding_window_mask(3, 2**70, 5, alignment=alignment), expected)
