@@ -483,7 +483,7 @@ MALFORMED = {  # what is wrong: the call, the error, what its message must say
     "dtypes differ": (
         partial(qkv.linear_attention, Q, K.double(), V),
         TypeError,
-        "query and key disagree on dtype",
+        r"\bq and k disagree on dtype: q torch.float32 vs k torch.float64",
     ),
     "features of another length": (
         partial(qkv.linear_attention, Q, K, V, feature_map=lambda x: x[..., 1:, :]),
