@@ -68,6 +68,26 @@ def check_bool(name: str, flag: object) -> None:
         )
 
 
+def check_device(device: object) -> None:
+    """Raise, naming `device`, unless it is None or a device torch knows ("cpu", "cuda:0", a torch.device).
+
+    Whether this machine has that device is torch's to say, when a tensor is made there.
+    """
+    if device is None or isinstance(device, torch.device):
+        return
+    if isinstance(device, bool) or not isinstance(device, str | int):
+        raise TypeError(
+            f"device must be a torch.device, a str such as 'cuda:0' or an int, got "
+            f"{type(device).__name__}"
+        )
+    try:
+        torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(
+            f"device must name a device torch knows, got {device!r}: {error}"
+        ) from None
+
+
 def check_sizes(minimum: int = 1, **sizes: object) -> None:
     """Raise unless every named size is an int of at least `minimum` (0 or 1)."""
     for name, size in sizes.items():
@@ -212,33 +232,38 @@ def check_attention_inputs(
     scale: float | None,
     enable_gqa: bool,
     dropout_p: float = 0.0,
+    names: tuple[str, str, str] = ("query", "key", "value"),
 ) -> tuple[int, ...]:
     """Raise, naming the argument and the shapes, unless the inputs make a well-formed attention call.
 
     The batch dimensions `...` of query, key and value broadcast against each other, as in torch's function.
-    The masks are `qkv.masks.parse_mask`'s to check.
+    The masks are `qkv.masks.parse_mask`'s to check. `names` are what the caller calls its query, key and
+    value arguments.
 
     Returns:
         The shape of the scores, `(..., L, S)`.
     """
-    tensors = {"query": query, "key": key, "value": value}
+    q_name, k_name, v_name = names
+    tensors = {q_name: query, k_name: key, v_name: value}
     tensors = {name: x for name, x in tensors.items() if x is not None}
     for name, x in tensors.items():
         check_tensor(name, x, 3 if enable_gqa else 2)
     check_same_dtype_and_device(**tensors)
     if query.size(-1) != key.size(-1):
         raise ValueError(
-            f"query and key disagree on the feature size E: query {shape(query)} vs key {shape(key)}"
+            f"{q_name} and {k_name} disagree on the feature size E: "
+            f"{q_name} {shape(query)} vs {k_name} {shape(key)}"
         )
     if value is not None and value.size(-2) != key.size(-2):
         raise ValueError(
-            f"key and value disagree on the number of keys S: key {shape(key)} vs value {shape(value)}"
+            f"{k_name} and {v_name} disagree on the number of keys S: "
+            f"{k_name} {shape(key)} vs {v_name} {shape(value)}"
         )
     for name, x in tensors.items() if enable_gqa else ():
         if query.size(-3) % x.size(-3) != 0:
             raise ValueError(
-                f"with enable_gqa, the {name}'s heads must divide the query's: "
-                f"query {shape(query)} has {query.size(-3)} heads, {name} {shape(x)} has {x.size(-3)}"
+                f"with enable_gqa, the {name}'s heads must divide the {q_name}'s: {q_name} "
+                f"{shape(query)} has {query.size(-3)} heads, {name} {shape(x)} has {x.size(-3)}"
             )
     batches = {
         name: _batch(x, query, enable_gqa) for name, x in tensors.items()
@@ -250,7 +275,7 @@ def check_attention_inputs(
         )
     check_scale(scale)
     check_probability("dropout_p", dropout_p)
-    batch = broadcast_shape(batches["query"], batches["key"])
+    batch = broadcast_shape(batches[q_name], batches[k_name])
     return (*batch, query.size(-2), key.size(-2))
 
 

@@ -6,6 +6,8 @@ the optional `mask` is `(B, S)`, bool (True = may attend) or float (added to the
 allowed key gets zero weights.
 """
 
+import functools
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -23,11 +25,34 @@ from qkv.functional import safe_softmax
 class _PairScoring(nn.Module):
     """What both classic attentions share: score every pair, mask, softmax over the keys, weigh the values.
 
-    A subclass sets `query_dim` and `key_dim` and defines `scores(query, keys) -> (B, L, S)`.
+    A subclass sets `query_dim` and `key_dim` and defines `scores(query, keys) -> (B, L, S)`: the formula
+    alone, as the articles show it. The class wraps it with the checks of `forward`, so that a reader who
+    calls `module.scores` gets the same messages; `forward` checks once and calls the formula.
     """
 
     query_dim: int
     key_dim: int
+    _formula: Callable[..., Tensor]  # the subclass's own `scores`, unchecked
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        formula = cls.scores
+
+        @functools.wraps(formula)
+        def scores(self: _PairScoring, query: Tensor, keys: Tensor) -> Tensor:
+            # keys stand in for the values: no value is read
+            self._check(query, keys, keys)
+            return formula(self, query, keys)
+
+        cls._formula, cls.scores = formula, scores
+
+    def _check(self, query: Tensor, keys: Tensor, values: Tensor) -> None:
+        """Raise unless query `(B, L, Dq)`, keys `(B, S, Dk)` and values fit the module and each other."""
+        features = (self.query_dim, self.key_dim, None)
+        check_batch_first(
+            ("query", "keys", "values"), (query, keys, values), features
+        )
+        check_module_input("query", query, self)
 
     def forward(
         self,
@@ -52,15 +77,11 @@ class _PairScoring(nn.Module):
             TypeError: inputs or mask of the wrong type or dtype (the inputs' must be the parameters').
             ValueError: inputs or mask of the wrong shape or device.
         """
-        features = (self.query_dim, self.key_dim, None)
-        check_batch_first(
-            ("query", "keys", "values"), (query, keys, values), features
-        )
-        check_module_input("query", query, self)
+        self._check(query, keys, values)
         if mask is not None:
             check_key_mask("mask", mask, query, keys, key_name="keys")
             mask = mask[..., None, :]  # (B, S) -> (B, 1, S)
-        scores = self.scores(query, keys)  # (B, L, S)
+        scores = self._formula(query, keys)  # (B, L, S), checked above
         if mask is not None and mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         elif mask is not None:

@@ -56,8 +56,13 @@ def ring_attention(
         ValueError: no initialised process group; shards of different shapes on different ranks, or a
             `causal` that differs between ranks (raised on every rank alike); shapes that disagree; a
             feature size D of 0.
-        TypeError: non-tensor or non-float inputs, dtypes that differ, or a `causal` that is not a bool.
+        TypeError: non-tensor or non-float inputs, dtypes that differ, a `causal` that is not a bool, or a
+            `group` that is not a process group.
     """
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(
+            f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}"
+        )
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError(
             "ring_attention needs an initialised process group: call "
@@ -79,8 +84,12 @@ def ring_schedule(world: int, causal: bool = False) -> list[list[int | None]]:
 
     Returns:
         `schedule[rank][step]`: a rank, or None where the step computes nothing.
+
+    Raises:
+        TypeError, ValueError: `world` not a positive int, `causal` not a bool.
     """
     check_sizes(world=world)
+    check_bool("causal", causal)
     schedule = []
     for rank in range(world):
         sources = [(rank - step) % world for step in range(world)]

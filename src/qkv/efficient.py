@@ -72,6 +72,7 @@ def sliding_window_attention(
     if query.size(-2) == 0:
         return _no_attention(query, key, value)
     dtype = torch.promote_types(query.dtype, torch.float32)
+    window = min(window, query.size(-2))  # a longer window sees no more keys
     return _sliding_window(
         query.to(dtype), key.to(dtype), value.to(dtype), window
     ).to(query.dtype)
@@ -525,7 +526,7 @@ def linear_attention(
             `phi(q_i)^T z_i` outside the normal range of the dtype (underflow, overflow, features that are
             not positive), where the result would be NaN or lose its digits.
     """
-    check_attention_inputs(q, k, v, None, False)
+    check_attention_inputs(q, k, v, None, False, names=("q", "k", "v"))
     check_bool("causal", causal)
     check_sizes(chunk_size=chunk_size)
     phi = _feature_map(feature_map)
@@ -608,7 +609,7 @@ def linear_attention_weights(
     Raises:
         TypeError, ValueError: as `linear_attention`.
     """
-    check_attention_inputs(q, k, None, None, False)
+    check_attention_inputs(q, k, None, None, False, names=("q", "k", "v"))
     check_bool("causal", causal)
     phi = _feature_map(feature_map)
     _check_linear_inputs(q, k, causal)

@@ -22,6 +22,7 @@ tiles. (This reference still computes every score; a kernel would not load the e
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from torch import Tensor
 
 from qkv._checks import (
     check_bool,
+    check_device,
     check_same_dtype_and_device,
     check_scale,
     check_sizes,
@@ -43,6 +45,12 @@ from qkv.functional import safe_softmax
 MaskFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 EMPTY, PARTIAL, FULL = 0, 1, 2  # the kinds of tile
+INDICES = (
+    "b",
+    "h",
+    "q_idx",
+    "kv_idx",
+)  # what a mask or score function is given
 
 
 @dataclass(frozen=True)
@@ -100,9 +108,11 @@ def block_mask(
         The `BlockMask`.
 
     Raises:
-        TypeError: `mask_fn` not callable, using Python's `and`/`or`/`if` on the indices, or returning
-            something other than a bool tensor; a size not an int.
-        ValueError: a size below 1; `mask_fn` returning a shape that does not broadcast to `(B, H, L, S)`.
+        TypeError: `mask_fn` not callable, not taking 4 arguments, using Python's `and`/`or`/`if` on the
+            indices, or returning something other than a bool tensor; a size not an int.
+        ValueError: a size below 1; `mask_fn` returning a shape that does not broadcast to `(B, H, L, S)`
+            or indexing past a tensor it reads;
+            a `device` torch does not know.
     """
     if not callable(mask_fn):
         raise TypeError(
@@ -112,6 +122,7 @@ def block_mask(
     check_sizes(
         **{name: n for name, n in (("B", B), ("H", H)) if n is not None}
     )
+    check_device(device)
     # --8<-- [start:tiles]
     keep = _evaluate_mask(mask_fn, B or 1, H or 1, L, S, device)  # (B, H, L, S)
     tiles_q, tiles_k = math.ceil(L / block_size), math.ceil(S / block_size)
@@ -163,10 +174,12 @@ def flex_attention(
         `(B, H, L, D_v)`, in `q`'s dtype (computed in float32 at least).
 
     Raises:
-        TypeError: a non-tensor, a `block_mask` that is not a `BlockMask`, a `score_mod` not callable or
-            returning anything but floating-point scores, `enable_gqa` not a bool.
+        TypeError: a non-tensor, a `block_mask` that is not a `BlockMask`, a `score_mod` not callable, not
+            taking 5 arguments or returning anything but floating-point scores, `enable_gqa` not a bool.
         ValueError: shapes that disagree (named with the shapes), tensors on different devices, a
-            `block_mask` made for other sizes or on another device than `q`, a `score_mod` that changes the shape of the scores.
+            `block_mask` made for other sizes or on another device than `q`, a `score_mod` that changes the shape of the scores
+            or turns a score of a kept pair into NaN or +inf (the softmax would give NaN), or that indexes
+            past a tensor it reads.
     """
     _check_inputs(q, k, v, enable_gqa)
     check_scale(scale)
@@ -199,14 +212,30 @@ def flex_attention(
                 f"score_mod must return scores of the shape it was given, {shape(scores)}, "
                 f"got {shape(modified)}"
             )
-        scores = modified.to(dtype)
+        given, scores = scores, modified.to(dtype)
     if block_mask is not None:
         keep = _kept(block_mask, batch, heads, seqlen_q, seqlen_k, q.device)
         scores = scores.masked_fill(~keep, -math.inf)
+    if score_mod is not None:
+        _check_modified(given, scores)
     weights = safe_softmax(
         scores
     )  # (B, H, L, S); zeros for a row that keeps no key
     return (weights @ v.to(dtype)).to(q.dtype)  # (B, H, L, D_v)
+
+
+def _check_modified(given: Tensor, scores: Tensor) -> None:
+    """Raise unless `score_mod` made no NaN or +inf, among the pairs kept, out of a score that had none."""
+    made = (scores.isnan() | scores.isposinf()) & ~(
+        given.isnan() | given.isposinf()
+    )
+    if bool(made.any()):
+        b, h, row, column = (int(i) for i in made.nonzero()[0])
+        raise ValueError(
+            f"score_mod must return finite scores, or -inf to drop a pair: it turned the score "
+            f"{given[b, h, row, column].item()} at (b, h, q_idx, kv_idx) = {(b, h, row, column)} "
+            f"into {scores[b, h, row, column].item()}, which the softmax would make NaN"
+        )
 
 
 def _kept(
@@ -285,9 +314,27 @@ def _evaluate_mask(
 
 
 def _called(name: str, fn: Callable, *args: Tensor) -> object:
-    """`fn(*args)`; the error torch raises when `fn` uses Python's `and`, `or` or `if` on a tensor, named."""
+    """`fn(*args)`, with the errors a function of the indices commonly makes named: the wrong number of
+    arguments, Python's `and`, `or` or `if` on a tensor, an index past a tensor it reads."""
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError as error:
+        names = ("score", *INDICES) if len(args) == 5 else INDICES
+        raise TypeError(
+            f"{name} must take {len(args)} arguments ({', '.join(names)}): {error}"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): let the call say
+        pass
     try:
         return fn(*args)
+    except IndexError as error:
+        ranges = ", ".join(
+            f"{index} in [0, {x.numel()})"
+            for index, x in zip(INDICES, args[-4:], strict=True)
+        )
+        raise ValueError(
+            f"{name} indexed past a tensor it reads ({error}); it is called with {ranges}"
+        ) from error
     except RuntimeError as error:
         if "Boolean value of Tensor" not in str(error):
             raise

@@ -602,7 +602,10 @@ def next_token_probabilities(
     shifted = logits.to(dtype) - logits.amax(-1, keepdim=True).to(
         dtype
     )  # (..., V)
-    probs = torch.softmax(shifted / temperature, dim=-1)  # (..., V)
+    # the most probable logit stays 0: 0 / a temperature that rounds to 0 in
+    # dtype would be NaN
+    divided = torch.where(shifted == 0, 0.0, shifted / temperature)
+    probs = torch.softmax(divided, dim=-1)  # (..., V)
     if top_k is not None:
         kth = probs.topk(min(top_k, probs.size(-1)), dim=-1).values[
             ..., -1:
@@ -713,20 +716,26 @@ def _check_generate(
     top_p: object,
     min_p: object,
     seed: object,
+    name: str = "model",
 ) -> None:
-    """Raise unless a call of `generate` is well formed, before any token is computed."""
+    """Raise unless a call of `generate` is well formed, before any token is computed.
+
+    `name` is what the caller calls `model`, for the messages.
+    """
     if not isinstance(model, GPT):
         raise TypeError(
-            f"model must be a qkv.gpt.GPT, got {type(model).__name__}"
+            f"{name} must be a qkv.gpt.GPT, got {type(model).__name__}"
         )
     model._check(ids, None)
     check_sizes(0, max_new_tokens=max_new_tokens, seed=seed)
+    if seed >= 2**64:  # what torch.Generator.manual_seed takes
+        raise ValueError(f"seed must be below 2**64, got {seed}")
     _check_sampling(temperature, top_k, top_p, min_p, greedy_allowed=True)
     room = model.config.context - ids.size(1)
     if max_new_tokens > room:
         raise ValueError(
-            f"max_new_tokens ({max_new_tokens}) is more than the context ({model.config.context}) "
-            f"leaves after a prompt of {ids.size(1)} tokens ({room})"
+            f"max_new_tokens ({max_new_tokens}) is more than the {name}'s context "
+            f"({model.config.context}) leaves after a prompt of {ids.size(1)} tokens ({room})"
         )
 
 

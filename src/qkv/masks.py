@@ -29,6 +29,7 @@ from torch import Tensor
 from qkv._checks import (
     check_broadcast,
     check_cumulative_lengths,
+    check_device,
     check_key_mask,
     check_mask,
     check_sizes,
@@ -133,6 +134,10 @@ def parse_mask(
     """
     aligned = _alignment(is_causal, causal_name)
     _check_window(window, aligned, causal_name)
+    if (
+        window is not None
+    ):  # a longer window sees no more keys; the kernels take an int32
+        window = min(window, scores[-2] + scores[-1])
     if key_lengths is not None:
         _check_key_lengths(key_lengths, scores[0], query.device)
     if attn_mask is not None:
@@ -268,10 +273,12 @@ def causal_mask(
         fully masked.
 
     Raises:
-        TypeError, ValueError: a length that is not a non-negative int, or an unknown `alignment`.
+        TypeError, ValueError: a length that is not a non-negative int, an unknown `alignment`, or a
+            `device` torch does not know.
     """
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
+    check_device(device)
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(
         _offset(q_len, k_len, alignment)
     )
@@ -300,12 +307,14 @@ def sliding_window_mask(
         bool `(L, S)`, True = may attend.
 
     Raises:
-        TypeError, ValueError: a length that is not a non-negative int, a `window` below 1, or an unknown
-            `alignment`.
+        TypeError, ValueError: a length that is not a non-negative int, a `window` below 1, an unknown
+            `alignment`, or a `device` torch does not know.
     """
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
     check_sizes(window=window)
+    check_device(device)
+    window = min(window, q_len + k_len)  # sees every key up to i + offset
     last = torch.arange(q_len, device=device)[:, None] + _offset(
         q_len, k_len, alignment
     )  # (L, 1)
@@ -502,10 +511,21 @@ def additive_to_keep(mask: Tensor) -> Tensor:
 
     Returns:
         bool, `mask`'s shape, True = may attend.
+
+    Raises:
+        TypeError: `mask` is not a floating-point tensor.
+        ValueError: `mask` holds NaN or +inf, which neither allow nor forbid (reads the values).
     """
     if not isinstance(mask, Tensor) or not mask.is_floating_point():
         raise TypeError(
             f"mask must be a floating-point tensor, got {getattr(mask, 'dtype', type(mask))}"
+        )
+    neither = mask.isnan() | mask.isposinf()
+    if bool(neither.any()):
+        where = tuple(int(i) for i in neither.nonzero()[0])
+        raise ValueError(
+            f"mask must hold finite biases or -inf, got {mask[where].item()} at {where} "
+            f"of mask {shape(mask)}"
         )
     return mask > float("-inf")
 

@@ -51,7 +51,23 @@ class LatentCache:
     def update(
         self, latents: Tensor, rope_keys: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Append new tokens' latents and rotated keys; return those of every token so far."""
+        """Append new tokens' latents and rotated keys; return those of every token so far.
+
+        Args:
+            latents: `(B, T_new, latent_dim)`.
+            rope_keys: `(B, T_new, rope_dim)`.
+
+        Returns:
+            `(latents, rope_keys)`: `(B, T, latent_dim)` and `(B, T, rope_dim)`, `T = len(self)` after
+            the update.
+
+        Raises:
+            TypeError: a non-tensor or non-float input, or dtypes that differ (from each other or from
+                what the cache holds).
+            ValueError: inputs that are not 3-D, that disagree on `(B, T_new)`, or whose batch, sizes or
+                device differ from what the cache holds.
+        """
+        self._check(latents, rope_keys)
         if self.latents is None:
             self.latents, self.rope_keys = latents, rope_keys
         else:
@@ -62,6 +78,34 @@ class LatentCache:
                 [self.rope_keys, rope_keys], dim=1
             )  # (B, T + T_new, rope_dim)
         return self.latents, self.rope_keys
+
+    def _check(self, latents: object, rope_keys: object) -> None:
+        for name, x in (("latents", latents), ("rope_keys", rope_keys)):
+            check_tensor(name, x)
+            if x.dim() != 3:
+                raise ValueError(
+                    f"{name} must be (B, T, features), got shape {shape(x)}"
+                )
+        check_same_dtype_and_device(latents=latents, rope_keys=rope_keys)
+        if latents.shape[:2] != rope_keys.shape[:2]:
+            raise ValueError(
+                f"latents and rope_keys disagree on (B, T): latents {shape(latents)} vs "
+                f"rope_keys {shape(rope_keys)}"
+            )
+        if self.latents is None:
+            return
+        for name, new, held in (
+            ("latents", latents, self.latents),
+            ("rope_keys", rope_keys, self.rope_keys),
+        ):
+            if new.size(0) != held.size(0) or new.size(-1) != held.size(-1):
+                raise ValueError(
+                    f"{name} {shape(new)} disagrees with the cached {name} {shape(held)} on the "
+                    "batch or the features (B, ., features)"
+                )
+        check_same_dtype_and_device(
+            **{"cached latents": self.latents, "latents": latents}
+        )
 
 
 class MultiHeadLatentAttention(nn.Module):

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from qkv._checks import (
+    check_device,
     check_integer_tensor,
     check_same_dtype_and_device,
     check_scale,
@@ -152,7 +153,8 @@ class PagedKVCache:
         device: of the pool.
 
     Raises:
-        TypeError, ValueError: a size that is not a positive int, a `dtype` that is not floating point.
+        TypeError, ValueError: a size that is not a positive int, a `dtype` that is not floating point, a
+            `device` torch does not know.
 
     Attributes:
         key_pages: `(num_pages, kv_heads, page_size, D)`; `value_pages` likewise with Dv.
@@ -190,6 +192,7 @@ class PagedKVCache:
             raise TypeError(
                 f"dtype must be a floating-point torch.dtype, got {dtype!r}"
             )
+        check_device(device)
         self.page_size = page_size
         self.key_pages = torch.zeros(
             num_pages, kv_heads, page_size, head_dim, dtype=dtype, device=device
@@ -367,6 +370,7 @@ def _check_gather(pages: object, block_table: object, length: object) -> Tensor:
             raise TypeError(
                 f"block_table must hold ints (page indices), got {block_table!r}"
             )
+        _check_pages_in_pool(pages, block_table)  # before int64 could overflow
         block_table = torch.tensor(
             block_table, dtype=torch.long, device=pages.device
         )
@@ -376,12 +380,7 @@ def _check_gather(pages: object, block_table: object, length: object) -> Tensor:
             f"block_table must be 1-D (n,), got shape {shape(block_table)}"
         )
     block_table = block_table.long()
-    outside = block_table[(block_table < 0) | (block_table >= pages.size(0))]
-    if outside.numel():
-        raise ValueError(
-            f"block_table names pages outside the pool's {pages.size(0)} (pages {shape(pages)}): "
-            f"{outside.tolist()}"
-        )
+    _check_pages_in_pool(pages, block_table.tolist())
     check_sizes(0, length=length)
     capacity = block_table.numel() * pages.size(2)
     if length > capacity:
@@ -389,6 +388,16 @@ def _check_gather(pages: object, block_table: object, length: object) -> Tensor:
             f"length must be in [0, {capacity}] (the table's pages hold that many), got {length}"
         )
     return block_table
+
+
+def _check_pages_in_pool(pages: Tensor, table: list[int]) -> None:
+    """Raise unless every page index of `table` is in `[0, P)`, P the pages of `pages`."""
+    outside = [page for page in table if not 0 <= page < pages.size(0)]
+    if outside:
+        raise ValueError(
+            f"block_table names pages outside the pool's {pages.size(0)} (pages {shape(pages)}): "
+            f"{outside}"
+        )
 
 
 def _check_paged_inputs(

@@ -13,7 +13,13 @@ import math
 import torch
 from torch import Tensor
 
-from qkv._checks import check_bool, check_sizes, check_tensor, shape
+from qkv._checks import (
+    check_bool,
+    check_device,
+    check_sizes,
+    check_tensor,
+    shape,
+)
 from qkv.masks import Alignment, _offset
 from qkv.rope_scaling import rope_frequencies
 
@@ -228,10 +234,12 @@ def alibi_bias(
         float32 `(H, L, S)`, broadcastable to the scores `(B, H, L, S)`.
 
     Raises:
-        TypeError, ValueError: sizes that are not ints of the right sign, or an unknown `alignment`.
+        TypeError, ValueError: sizes that are not ints of the right sign, an unknown `alignment`, or a
+            `device` torch does not know.
     """
     k_len = q_len if k_len is None else k_len
     check_sizes(0, q_len=q_len, k_len=k_len)
+    check_device(device)
     slopes = alibi_slopes(num_heads).to(device)  # (H,)
     query_pos = torch.arange(q_len, device=device)[:, None] + _offset(
         q_len, k_len, alignment

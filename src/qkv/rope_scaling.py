@@ -31,13 +31,15 @@ from torch import Tensor
 
 from qkv._checks import check_number, check_sizes
 
-# The parameters that divide or are logarithms somewhere: they must be above 0 (the others finite).
+# The parameters that divide, are logarithms or scale the rotation somewhere: they must be above 0 (the
+# others finite).
 POSITIVE = (
     "factor",
     "low_freq_factor",
     "high_freq_factor",
     "beta_fast",
     "beta_slow",
+    "attention_factor",
 )
 # The parameters each rule reads: required, then optional with their defaults.
 RULES: dict[str, tuple[tuple[str, ...], dict[str, object]]] = {
@@ -95,7 +97,8 @@ def rope_frequencies(
         TypeError: a size, a factor or a flag of the wrong type; `scaling` not a dict.
         ValueError: an odd D (or below 4 for "ntk" and "dynamic"), a base not a finite number above 1, an
             unknown `rope_type` or parameter, a missing parameter, a parameter that is not finite (or for a
-            factor or a beta, not above 0), a factor below 1, `low_freq_factor >= high_freq_factor`.
+            factor, a beta or YaRN's attention factor, not above 0), a factor below 1,
+            `low_freq_factor >= high_freq_factor`, YaRN's `beta_fast < beta_slow`.
     """
     check_sizes(head_dim=head_dim)
     if head_dim % 2:
@@ -241,7 +244,7 @@ def _parse(scaling: object, head_dim: int) -> tuple[str, dict]:
                 )
         elif name == "original_max_position_embeddings":
             check_sizes(**{f'scaling["{name}"]': value})
-        elif name in POSITIVE:
+        elif name in POSITIVE and value is not None:
             check_number(f'scaling["{name}"]', value, above=0.0)
         elif name != "rope_type" and value is not None:
             check_number(f'scaling["{name}"]', value)
@@ -261,5 +264,10 @@ def _parse(scaling: object, head_dim: int) -> tuple[str, dict]:
         raise ValueError(
             'scaling["low_freq_factor"] must be below scaling["high_freq_factor"], got '
             f"{params['low_freq_factor']} and {params['high_freq_factor']}"
+        )
+    if rule == "yarn" and params["beta_fast"] < params["beta_slow"]:
+        raise ValueError(  # swapped, the ramp would interpolate the fast pairs
+            'scaling["beta_fast"] must be at least scaling["beta_slow"] (turns of the pairs '
+            f"kept vs interpolated), got {params['beta_fast']} and {params['beta_slow']}"
         )
     return rule, params

@@ -29,11 +29,27 @@ from qkv.gpt import GPT, _check_generate, next_token_probabilities
 
 @dataclass(frozen=True)
 class SpeculativeStats:
-    """What a speculative run did: target forward passes, guesses drafted, guesses kept."""
+    """What a speculative run did: target forward passes, guesses drafted, guesses kept.
+
+    Raises:
+        TypeError, ValueError: a count that is not a non-negative int, more guesses kept than drafted.
+    """
 
     target_forwards: int
     drafted: int
     accepted: int
+
+    def __post_init__(self) -> None:
+        check_sizes(
+            0,
+            target_forwards=self.target_forwards,
+            drafted=self.drafted,
+            accepted=self.accepted,
+        )
+        if self.accepted > self.drafted:
+            raise ValueError(
+                f"accepted ({self.accepted}) must be at most drafted ({self.drafted})"
+            )
 
     @property
     def acceptance_rate(self) -> float:
@@ -80,9 +96,17 @@ def speculative_generate(
         TypeError, ValueError: as `generate` for either model; models of different vocabularies; a batch
             other than 1; `k` not a positive int.
     """
-    for model in (target, draft):
+    for name, model in (("target", target), ("draft", draft)):
         _check_generate(
-            model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed
+            model,
+            ids,
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            seed,
+            name=name,
         )
     if draft.config.vocab_size != target.config.vocab_size:
         raise ValueError(

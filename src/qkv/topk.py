@@ -183,16 +183,7 @@ def topk_attention(
             gathered softmax but once in a mask: refused rather than guessed).
     """
     _check_attention_inputs(q, k, v, scale)
-    _check_indices(indices, k.size(-2))
-    if indices.shape[:2] != (q.size(0), q.size(2)):
-        raise ValueError(
-            f"indices must be (B, L, K) with q's B = {q.size(0)} and L = {q.size(2)}: "
-            f"q {shape(q)} vs indices {shape(indices)}"
-        )
-    if indices.device != q.device:
-        raise ValueError(
-            f"indices is on {indices.device} but q is on {q.device}"
-        )
+    _check_indices(indices, k.size(-2), q)
     output_dtype, dtype = q.dtype, torch.promote_types(q.dtype, torch.float32)
     if k.size(-2) == 0:  # no key at all: every slot is -1
         return q.new_zeros(*q.shape[:-1], v.size(-1))
@@ -294,10 +285,13 @@ def _check_indexer_inputs(
         )
 
 
-def _check_indices(indices: object, num_keys: int) -> None:
-    """Raise unless `indices` is an int32/int64 `(B, L, K)` tensor of distinct positions in `[0, S)` or -1.
+def _check_indices(
+    indices: object, num_keys: int, q: Tensor | None = None
+) -> None:
+    """Raise unless `indices` is an int32/int64 `(B, L, K)` tensor of distinct positions in `[0, S)` or -1,
+    with `q (B, H, L, E)`'s B and L and on its device when `q` is given.
 
-    Reads the values (a device sync on a GPU).
+    Reads the values (a device sync on a GPU), after the shapes and the device.
     """
     if not isinstance(indices, Tensor):
         raise TypeError(
@@ -310,6 +304,15 @@ def _check_indices(indices: object, num_keys: int) -> None:
     if indices.dim() != 3:
         raise ValueError(
             f"indices must be (B, L, K), got shape {shape(indices)}"
+        )
+    if q is not None and indices.shape[:2] != (q.size(0), q.size(2)):
+        raise ValueError(
+            f"indices must be (B, L, K) with q's B = {q.size(0)} and L = {q.size(2)}: "
+            f"q {shape(q)} vs indices {shape(indices)}"
+        )
+    if q is not None and indices.device != q.device:
+        raise ValueError(
+            f"indices is on {indices.device} but q is on {q.device}"
         )
     outside = (indices < NO_KEY) | (indices >= num_keys)
     if bool(outside.any()):

@@ -305,3 +305,42 @@ def test_unknown_luong_score_is_rejected():
         ValueError, match=r"score must be 'dot', 'general' or 'concat', got 'cosine'"
     ):
         qkv.LuongAttention(4, "cosine")
+
+
+@pytest.mark.parametrize(
+    ("module", "query", "keys", "error", "message"),
+    [
+        (
+            lambda: qkv.LuongAttention(DQ, "general"),
+            torch.randn(B, L, DQ),
+            torch.randn(B, S, DQ + 1),
+            ValueError,
+            rf"keys must be \(B, N, {DQ}\) \(batch first\), got shape \({B}, {S}, {DQ + 1}\)",
+        ),
+        (
+            lambda: qkv.AdditiveAttention(DQ, DK, HIDDEN),
+            [[0.0] * DQ],
+            torch.randn(B, S, DK),
+            TypeError,
+            r"query must be a torch\.Tensor, got list",
+        ),
+        (
+            lambda: qkv.LuongAttention(DQ, "dot"),
+            torch.randn(B, L, DQ),
+            torch.randn(B + 1, S, DQ),
+            ValueError,
+            r"query and keys disagree on the batch size",
+        ),
+        (
+            lambda: qkv.AdditiveAttention(DQ, DK, HIDDEN),
+            torch.randn(B, L, DQ, dtype=torch.float64),
+            torch.randn(B, S, DK, dtype=torch.float64),
+            TypeError,
+            r"query has dtype torch.float64 but the module's parameters are torch.float32",
+        ),
+    ],
+    ids=["luong-key-features", "additive-list", "luong-batch", "additive-dtype"],
+)
+def test_the_scores_method_checks_as_forward_does(module, query, keys, error, message):
+    with pytest.raises(error, match=message):
+        module().scores(query, keys)

@@ -176,3 +176,24 @@ def test_every_rank_meets_every_block_once():
         for rank, sources in enumerate(qkv.ring_schedule(world)):
             assert sorted(sources) == list(range(world))
             assert sources[0] == rank  # its own block first: the causal diagonal is always computed
+
+
+@pytest.mark.parametrize(
+    ("world", "causal", "error", "match"),
+    [
+        (0, False, ValueError, r"world must be positive, got 0"),
+        (2.0, False, TypeError, r"world must be an int, got float"),
+        (2, "yes", TypeError, r"causal must be a bool, got str 'yes'"),
+    ],
+)
+def test_ring_schedule_refuses_malformed_input_by_name(world, causal, error, match):
+    with pytest.raises(error, match=match):
+        qkv.ring_schedule(world, causal)
+
+
+def test_a_group_that_is_not_a_process_group_is_refused_by_name():
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(
+        TypeError, match=r"group must be a torch\.distributed\.ProcessGroup or None, got int"
+    ):
+        qkv.ring_attention(q, q, q, group=3)

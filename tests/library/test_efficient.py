@@ -45,6 +45,16 @@ def test_sliding_window_attention_low_precision_within_torchs_error(dtype):
     assert_close_to_reference(out, expected, torch_attention(q, k, v, attn_mask=mask))
 
 
+def test_a_window_past_any_int_is_causal_attention_in_little_memory():
+    q, k, v = qkv_inputs(2, 3, q_len=6)
+    expected = reference_attention(q, k, v, is_causal=True)
+    # a band of 2**40 keys would need terabytes: the window is capped at N first
+    torch.testing.assert_close(qkv.sliding_window_attention(q, k, v, 2**40), expected)
+    torch.testing.assert_close(
+        qkv.attention(q, k, v, is_causal=True, window=2**70), expected
+    )  # past int64: parse_mask caps it at L + S
+
+
 def test_sliding_window_attention_rejects_cross_attention_and_bad_window():
     q, k, v = qkv_inputs(1, q_len=4, k_len=5)
     with pytest.raises(ValueError, match="same length"):
@@ -473,7 +483,7 @@ MALFORMED = {  # what is wrong: the call, the error, what its message must say
     "dtypes differ": (
         partial(qkv.linear_attention, Q, K.double(), V),
         TypeError,
-        "query and key disagree on dtype",
+        r"\bq and k disagree on dtype: q torch.float32 vs k torch.float64",
     ),
     "features of another length": (
         partial(qkv.linear_attention, Q, K, V, feature_map=lambda x: x[..., 1:, :]),

@@ -665,7 +665,7 @@ def test_generation_fills_the_context_and_no_more():
     assert generate(model, ids, 20, temperature=0).shape == (1, 24)
     with pytest.raises(
         ValueError,
-        match=r"max_new_tokens \(21\) is more than the context \(24\) leaves after a prompt of 4 tokens \(20\)",
+        match=r"max_new_tokens \(21\) is more than the model's context \(24\) leaves after a prompt of 4 tokens \(20\)",
     ):
         generate(model, ids, 21)
 

@@ -30,7 +30,7 @@ def small_model(dtype=torch.float64, weight_scale=1.0):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("temperature", [1e-4, 1e-30])
+@pytest.mark.parametrize("temperature", [1e-4, 1e-30, 1e-300])  # 1e-300 is 0 in float32
 def test_a_tiny_temperature_puts_all_mass_on_the_top_token_in_any_dtype(dtype, temperature):
     probs = next_token_probabilities(LOGITS.to(dtype), temperature=temperature)
     assert probs.dtype == dtype
@@ -140,7 +140,7 @@ GENERATE = {  # case -> (arguments, error, what the message must say)
     "a model that is not a GPT": ({"model": torch.nn.Linear(2, 2)}, TypeError, r"model must be a qkv\.gpt\.GPT"),
     "max_new_tokens below 0": ({"max_new_tokens": -1}, ValueError, r"max_new_tokens must be non-negative"),
     "max_new_tokens a bool": ({"max_new_tokens": True}, TypeError, r"max_new_tokens must be an int"),
-    "max_new_tokens past the context": ({"max_new_tokens": 20}, ValueError, r"max_new_tokens \(20\) is more than the context"),
+    "max_new_tokens past the context": ({"max_new_tokens": 20}, ValueError, r"max_new_tokens \(20\) is more than the model's context"),
     "temperature below 0": ({"temperature": -1}, ValueError, r"temperature must be 0 \(greedy\) or above"),
     "temperature NaN": ({"temperature": math.nan}, ValueError, r"temperature must be a finite number"),
     "top_k 0": ({"top_k": 0}, ValueError, r"top_k must be positive"),
@@ -148,6 +148,7 @@ GENERATE = {  # case -> (arguments, error, what the message must say)
     "min_p above 1": ({"min_p": 1.5}, ValueError, r"min_p must lie in \[0, 1\]"),
     "seed below 0": ({"seed": -1}, ValueError, r"seed must be non-negative"),
     "seed a float": ({"seed": 1.5}, TypeError, r"seed must be an int"),
+    "seed past 2**64": ({"seed": 2**64}, ValueError, r"seed must be below 2\*\*64, got 18446744073709551616"),
     "ids of floats": ({"ids": torch.zeros(1, 2)}, TypeError, r"ids must be an integer tensor"),
     "no ids": ({"ids": torch.zeros(1, 0, dtype=torch.long)}, ValueError, r"ids must be \(B, L\) with B, L >= 1"),
     "ids on another device": ({"ids": torch.zeros(1, 2, dtype=torch.long, device=META)}, ValueError, r"ids is on meta"),

@@ -28,7 +28,11 @@ def random(*shape):
     return torch.randn(*shape, dtype=torch.float16, device=DEVICE)
 
 
-@pytest.mark.parametrize("key_lengths", [[5, -3], [99, 7]], ids=["negative", "beyond-S"])
+@pytest.mark.parametrize(
+    "key_lengths",
+    [[5, -3], [99, 7], [2**32, -(2**32) + 5]],  # the last wrap to 0 and 5 in int32
+    ids=["negative", "beyond-S", "beyond-int32"],
+)
 def test_key_lengths_outside_zero_to_s_act_as_zero_or_s(key_lengths):
     q, k, v = random(2, 2, 4, 16), random(2, 2, 16, 16), random(2, 2, 16, 16)
     lengths = torch.tensor(key_lengths, device=DEVICE)
@@ -163,3 +167,11 @@ def test_flash_attention_varlen_refuses_malformed_input_by_name(changed, error, 
     call = {"q": Q, "k": K, "v": K, "cu_seqlens_q": CU_Q, "cu_seqlens_k": CU_K} | changed
     with pytest.raises(error, match=match):
         qkv.flash_attention_varlen(**call)
+
+
+@pytest.mark.parametrize("window", [2**32 + 1, 2**70], ids=["past-int32", "past-int64"])
+def test_a_window_past_any_int_is_no_window(window):
+    q, k = random(1, 1, 4, 16), random(1, 1, 8, 16)
+    expected = qkv.flash_attention(q, k, k, "bottom_right")
+    out = qkv.flash_attention(q, k, k, "bottom_right", window=window)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)

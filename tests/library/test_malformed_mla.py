@@ -89,3 +89,25 @@ def test_non_contiguous_and_expanded_input_give_the_contiguous_result():
     torch.testing.assert_close(mla(strided), mla(X.contiguous()), rtol=0, atol=1e-12)
     expanded = X[:1].expand(2, -1, -1)
     torch.testing.assert_close(mla(expanded), mla(X[:1]).expand(2, -1, -1), rtol=0, atol=1e-12)
+
+
+UPDATE = {  # case -> (latents, rope_keys, cache maker, error, what the message must say)
+    "latents a list": ([[0.0]], torch.zeros(1, 1, ROPE_DIM), LatentCache, TypeError, r"latents must be a torch\.Tensor"),
+    "latents of ints": (torch.zeros(1, 1, LATENT_DIM, dtype=torch.long), torch.zeros(1, 1, ROPE_DIM), LatentCache, TypeError, r"latents must be a floating-point tensor"),
+    "latents 2-D": (torch.zeros(1, LATENT_DIM), torch.zeros(1, 1, ROPE_DIM), LatentCache, ValueError, r"latents must be \(B, T, features\), got shape \(1, 6\)"),
+    "rope_keys of another dtype": (torch.zeros(1, 1, LATENT_DIM), torch.zeros(1, 1, ROPE_DIM, dtype=torch.float64), LatentCache, TypeError, r"latents and rope_keys disagree on dtype"),
+    "rope_keys of another length": (torch.zeros(1, 2, LATENT_DIM), torch.zeros(1, 1, ROPE_DIM), LatentCache, ValueError, r"latents and rope_keys disagree on \(B, T\): latents \(1, 2, 6\) vs rope_keys \(1, 1, 2\)"),
+    "another batch than the cache's": (torch.zeros(1, 1, LATENT_DIM, dtype=torch.float64), torch.zeros(1, 1, ROPE_DIM, dtype=torch.float64), filled_cache, ValueError, r"latents \(1, 1, 6\) disagrees with the cached latents \(2, 3, 6\)"),
+    "another latent size than the cache's": (torch.zeros(2, 1, 4, dtype=torch.float64), torch.zeros(2, 1, ROPE_DIM, dtype=torch.float64), filled_cache, ValueError, r"latents \(2, 1, 4\) disagrees with the cached latents"),
+    "another dtype than the cache's": (torch.zeros(2, 1, LATENT_DIM), torch.zeros(2, 1, ROPE_DIM), filled_cache, TypeError, r"cached latents and latents disagree on dtype"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("latents", "rope_keys", "cache", "error", "match"), UPDATE.values(), ids=UPDATE.keys()
+)
+def test_the_latent_cache_refuses_malformed_updates_by_name(
+    latents, rope_keys, cache, error, match
+):
+    with pytest.raises(error, match=match):
+        cache().update(latents, rope_keys)

@@ -162,6 +162,7 @@ GATHER = {  # case -> (pages, block_table, length, error, what the message must 
     "pages 3-D": (PAGES[0], [0, 1], 3, ValueError, r"pages must be 4-D"),
     "a page at -1": (PAGES, [-1, 0], 6, ValueError, r"block_table names pages outside the pool's 6"),
     "a page past the pool": (PAGES, [0, 6], 6, ValueError, r"block_table names pages outside .*\[6\]"),
+    "a page past int64": (PAGES, [0, 2**64], 6, ValueError, r"block_table names pages outside .*\[18446744073709551616\]"),
     "a table of floats": (PAGES, [0.0, 1.0], 3, TypeError, r"block_table must hold ints"),
     "a table of bools": (PAGES, torch.tensor([True, False]), 3, TypeError, r"block_table must be an integer"),
     "a float tensor table": (PAGES, torch.tensor([0.0, 1.0]), 3, TypeError, r"block_table must be an integer"),
@@ -207,6 +208,8 @@ def test_the_cache_refuses_malformed_input_by_name():
         PagedKVCache(4, True, 2, 8)
     with pytest.raises(ValueError, match=r"value_dim must be positive"):
         PagedKVCache(4, 4, 2, 8, value_dim=0)
+    with pytest.raises(ValueError, match=r"device must name a device torch knows, got 'gpu'"):
+        PagedKVCache(4, 4, 2, 8, device="gpu")
     cache = PagedKVCache(4, 4, 2, 8)
     with pytest.raises(TypeError, match=r"sequence must be hashable"):
         cache.add(["a"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qkv.positions import apply_rope
+from qkv.positions import alibi_bias, apply_rope
 
 META = "meta"  # a device with no data: stands in for another device than the CPU
 X = torch.randn(2, 3, 5, 8)
@@ -48,3 +48,8 @@ def test_dynamic_scaling_at_negative_positions_is_plain_rope():
 
 def test_dynamic_scaling_of_no_row_is_empty():
     assert apply_rope(X[..., :0, :], scaling=DYNAMIC).shape == (2, 3, 0, 8)
+
+
+def test_alibi_bias_refuses_a_device_torch_does_not_know():
+    with pytest.raises(ValueError, match=r"device must name a device torch knows, got 'cuda:x'"):
+        alibi_bias(2, 3, device="cuda:x")

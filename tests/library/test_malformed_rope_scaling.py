@@ -52,6 +52,8 @@ CASES = {  # case -> (arguments, error, what the message must say)
     "yarn beta_fast NaN": ({"scaling": YARN | {"beta_fast": math.nan}}, ValueError, r'scaling\["beta_fast"\] must be a finite number'),
     "yarn beta_slow below 0": ({"scaling": YARN | {"beta_slow": -1.0}}, ValueError, r'scaling\["beta_slow"\] must be a finite number above 0'),
     "yarn attention_factor NaN": ({"scaling": YARN | {"attention_factor": math.nan}}, ValueError, r'scaling\["attention_factor"\] must be a finite number'),
+    "yarn attention_factor 0": ({"scaling": YARN | {"attention_factor": 0.0}}, ValueError, r'scaling\["attention_factor"\] must be a finite number above 0'),
+    "yarn betas swapped": ({"scaling": YARN | {"beta_fast": 1.0, "beta_slow": 32.0}}, ValueError, r'scaling\["beta_fast"\] must be at least scaling\["beta_slow"\] .*got 1\.0 and 32\.0'),
     "yarn mscale inf": ({"scaling": YARN | {"mscale": math.inf, "mscale_all_dim": 1.0}}, ValueError, r'scaling\["mscale"\] must be a finite number'),
     "seq_len 0": ({"scaling": DYNAMIC, "seq_len": 0}, ValueError, r"seq_len must be positive"),
     "seq_len a float": ({"seq_len": 3.0}, TypeError, r"seq_len must be an int"),

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qkv.gpt import GPT, GPTConfig, generate
-from qkv.speculative import speculative_generate
+from qkv.speculative import SpeculativeStats, speculative_generate
 
 META = "meta"  # a device with no data: stands in for another device than the CPU
 
@@ -38,8 +38,8 @@ def test_a_draft_of_another_dtype_still_gives_the_targets_tokens():
 
 
 SPECULATIVE = {  # case -> (arguments, error, what the message must say)
-    "a target that is not a GPT": ({"target": torch.nn.Linear(1, 1)}, TypeError, r"model must be a qkv\.gpt\.GPT, got Linear"),
-    "a draft that is not a GPT": ({"draft": "draft"}, TypeError, r"model must be a qkv\.gpt\.GPT, got str"),
+    "a target that is not a GPT": ({"target": torch.nn.Linear(1, 1)}, TypeError, r"target must be a qkv\.gpt\.GPT, got Linear"),
+    "a draft that is not a GPT": ({"draft": "draft"}, TypeError, r"draft must be a qkv\.gpt\.GPT, got str"),
     "another vocabulary": ({"draft": lambda: small_model(width=8, vocab_size=17)}, ValueError, r"draft and target must share a vocabulary"),
     "a draft on another device": ({"draft": lambda: small_model(width=8).to(META)}, ValueError, r"ids is on cpu but the model is on meta"),
     "a batch of 2": ({"ids": torch.zeros(2, 3, dtype=torch.long)}, ValueError, r"ids must be one sequence \(1, L\)"),
@@ -49,7 +49,7 @@ SPECULATIVE = {  # case -> (arguments, error, what the message must say)
     "k a bool": ({"k": True}, TypeError, r"k must be an int"),
     "temperature below 0": ({"temperature": -1}, ValueError, r"temperature must be 0 \(greedy\) or above"),
     "top_p above 1": ({"top_p": 2}, ValueError, r"top_p must lie in \(0, 1\]"),
-    "past the draft's context": ({"draft": lambda: small_model(width=8, context=6), "max_new_tokens": 5}, ValueError, r"max_new_tokens \(5\) is more than the context \(6\)"),
+    "past the draft's context": ({"draft": lambda: small_model(width=8, context=6), "max_new_tokens": 5}, ValueError, r"max_new_tokens \(5\) is more than the draft's context \(6\)"),
 }  # fmt: skip
 
 
@@ -71,3 +71,17 @@ def test_speculative_generate_refuses_malformed_input_by_name(arguments, error, 
             call.pop("max_new_tokens"),
             **call,
         )
+
+
+@pytest.mark.parametrize(
+    ("counts", "error", "match"),
+    [
+        ((1, 2, 3), ValueError, r"accepted \(3\) must be at most drafted \(2\)"),
+        ((-1, 0, 0), ValueError, r"target_forwards must be non-negative, got -1"),
+        ((1, 2.0, 1), TypeError, r"drafted must be an int, got float"),
+    ],
+    ids=["more-kept-than-drafted", "negative", "float"],
+)
+def test_stats_refuse_counts_that_cannot_be(counts, error, match):
+    with pytest.raises(error, match=match):
+        SpeculativeStats(*counts)

@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import itertools
+import math
 import sys
 
 import pytest
@@ -193,6 +194,26 @@ def test_additive_and_bool_masks_give_the_same_attention():
             lambda: qkv.padding_mask(torch.tensor([1, 2]), max_len=3.0),
             TypeError,
             r"max_len must be an int, got float",
+        ),
+        (
+            lambda: qkv.causal_mask(3, device="gpu"),
+            ValueError,
+            r"device must name a device torch knows, got 'gpu'",
+        ),
+        (
+            lambda: qkv.sliding_window_mask(3, 2, device=[0]),
+            TypeError,
+            r"device must be a torch\.device, a str such as 'cuda:0' or an int, got list",
+        ),
+        (
+            lambda: qkv.additive_to_keep(torch.tensor([[0.0, -math.inf], [math.nan, 1.0]])),
+            ValueError,
+            r"mask must hold finite biases or -inf, got nan at \(1, 0\) of mask \(2, 2\)",
+        ),
+        (
+            lambda: qkv.additive_to_keep(torch.tensor([0.0, math.inf])),
+            ValueError,
+            r"mask must hold finite biases or -inf, got inf at \(1,\)",
         ),
         (
             lambda: qkv.additive_to_keep(torch.zeros(2, 3, dtype=torch.bool)),
@@ -604,3 +625,9 @@ def test_multihead_attention_parses_its_masks_once():
         mha(x, key_padding_mask=ignore, is_causal=True, backend="triton")
 
     assert calls(run, masks.parse_mask, masks._alignment) == {"parse_mask": 1, "_alignment": 1}
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_a_window_past_any_int_is_the_causal_mask(alignment):
+    expected = qkv.causal_mask(3, 5, alignment=alignment)
+    assert torch.equal(qkv.sliding_window_mask(3, 2**70, 5, alignment=alignment), expected)

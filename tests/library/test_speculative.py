@@ -143,9 +143,11 @@ def test_bad_calls_are_refused_by_name():
         speculative_generate(target, model(1), prompt, 3, k=0)
     with pytest.raises(ValueError, match=r"one sequence \(1, L\), got a batch of 2"):
         speculative_generate(target, model(1), prompt.expand(2, 2), 3)
-    with pytest.raises(ValueError, match=r"max_new_tokens \(50\) is more than the context"):
+    with pytest.raises(
+        ValueError, match=r"max_new_tokens \(50\) is more than the target's context"
+    ):
         speculative_generate(target, model(1), prompt, 50)
-    with pytest.raises(TypeError, match=r"model must be a qkv.gpt.GPT"):
+    with pytest.raises(TypeError, match=r"draft must be a qkv\.gpt\.GPT"):
         speculative_generate(target, "draft", prompt, 3)
 
 

@@ -349,6 +349,12 @@ ATTENTION_BAD = [
         ValueError,
         r"at most once per query, got key \d+ twice in indices\[1, 2\]",
     ),
+    (  # meta has no values to read: the device is checked before them
+        "indices",
+        lambda i: i.to("meta"),
+        ValueError,
+        r"indices is on meta but q is on cpu",
+    ),
     ("scale", "1", TypeError, r"scale must be a number"),
 ]
 

@@ -966,8 +966,10 @@ def attend(
 ) -> Tensor:
     """Run the kernels on inputs that `contract.refusal` accepts, with `mask`'s alignment, window and lengths."""
     key_lengths = mask.key_lengths
-    if key_lengths is not None:
-        key_lengths = key_lengths.to(torch.int32).contiguous()
+    if key_lengths is not None:  # clamped first: int32 would wrap 2**32 to 0
+        key_lengths = (
+            key_lengths.long().clamp(0, k.size(-2)).to(torch.int32).contiguous()
+        )
     causal, bottom_right = (
         mask.alignment is not None,
         mask.alignment == "bottom_right",
