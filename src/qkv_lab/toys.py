@@ -91,6 +91,7 @@ class ReverseAligner(nn.Module):
         self.attention = AdditiveAttention(dim, dim, dim)
         self.readout = nn.Linear(dim, vocab)
 
+    # --8<-- [start:aligner-forward]
     def forward(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """`source (B, S)` tokens ->
         `(logits (B, S, vocab), weights (B, S, S))`, output steps by source."""
@@ -104,6 +105,8 @@ class ReverseAligner(nn.Module):
             states, keys, values
         )  # (B, S, dim), (B, S, S)
         return self.readout(context), weights
+
+    # --8<-- [end:aligner-forward]
 
 
 def train_aligner(
@@ -224,6 +227,7 @@ class AttentionOnly(nn.Module):
         )
         self.readout = nn.Linear(dim, vocab)
 
+    # --8<-- [start:induction-model]
     def forward(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
         """`tokens (B, N)` ->
         `(logits (B, N, vocab), [weights (B, H, N, N) of each layer])`."""
@@ -238,6 +242,8 @@ class AttentionOnly(nn.Module):
             x = x + out  # each layer writes into the residual stream
             weights.append(layer_weights)
         return self.readout(x), weights
+
+    # --8<-- [end:induction-model]
 
 
 def train_induction(
@@ -394,6 +400,7 @@ def max_token_batch(
     )  # (B, N)
 
 
+# --8<-- [start:max-token-stack]
 class MaxTokenStack(nn.Module):
     """Six of torch's encoder layers, post-LN (`pre_ln=False`, the original
     Transformer) or pre-LN."""
@@ -423,6 +430,9 @@ class MaxTokenStack(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.head(self.final_norm(x))
+
+
+# --8<-- [end:max-token-stack]
 
 
 @remembered
