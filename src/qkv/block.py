@@ -117,6 +117,7 @@ class TransformerBlock(nn.Module):
                 dtype, shape or device; `memory` given without cross-attention,
                 or missing with it.
         """
+        # --8<-- [start:forward-body]
         self._check(x, memory, memory_key_padding_mask)
         x = x + self.residual_dropout(
             self.self_attn(
@@ -136,6 +137,7 @@ class TransformerBlock(nn.Module):
                 )
             )
         return x + self.residual_dropout(self.mlp(self.mlp_norm(x)))
+        # --8<-- [end:forward-body]
 
     # --8<-- [end:forward]
 

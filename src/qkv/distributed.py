@@ -120,6 +120,7 @@ class _RingAttention(torch.autograd.Function):
 
 
 # --8<-- [start:ring-forward]
+# --8<-- [start:ring-loop]
 def _ring_forward(
     q: Tensor, k: Tensor, v: Tensor, causal: bool, group: dist.ProcessGroup
 ) -> tuple[Tensor, Tensor]:
@@ -144,6 +145,7 @@ def _ring_forward(
         if step < world - 1:
             k, v = _wait(*incoming)
     return out, lse
+    # --8<-- [end:ring-loop]
 
 
 def _attend(

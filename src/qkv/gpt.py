@@ -596,6 +596,7 @@ def next_token_probabilities(
     """
     _check_logits(logits)
     _check_sampling(temperature, top_k, top_p, min_p, greedy_allowed=False)
+    # --8<-- [start:sampling-rules]
     # in float32 at least, and shifted to at most 0: dividing by a tiny
     # temperature cannot overflow
     dtype = torch.promote_types(logits.dtype, torch.float32)
@@ -626,6 +627,7 @@ def next_token_probabilities(
             probs, probs >= min_p * probs.amax(-1, keepdim=True)
         )
     return probs.to(logits.dtype)
+    # --8<-- [end:sampling-rules]
 
 
 def _renormalised(probs: Tensor, keep: Tensor) -> Tensor:
@@ -682,6 +684,7 @@ def generate(
     _check_generate(
         model, ids, max_new_tokens, temperature, top_k, top_p, min_p, seed
     )
+    # --8<-- [start:generate-loop]
     generator = torch.Generator(device=ids.device).manual_seed(seed)
     cache = model.new_cache()
     new = ids  # what the model reads next: the prompt, then each new token
@@ -702,6 +705,7 @@ def generate(
             new = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
         ids = torch.cat([ids, new], dim=1)  # (B, L + 1)
     return ids
+    # --8<-- [end:generate-loop]
 
 
 # --8<-- [end:generate]

@@ -142,6 +142,7 @@ class MultiHeadAttention(nn.Module):
             ValueError: inputs or masks of the wrong shape or device, an unknown
                 `is_causal`, or a cache that does not fit.
         """
+        # --8<-- [start:forward-body]
         key = query if key is None else key
         value = key if value is None else value
         mask = self._mask(
@@ -174,6 +175,7 @@ class MultiHeadAttention(nn.Module):
             self._merge_heads(heads)
         )  # (B, H, L, E/H) -> (B, L, E)
         return (output, weights) if need_weights else output
+        # --8<-- [end:forward-body]
 
     # --8<-- [end:forward]
 

@@ -44,6 +44,7 @@ def _check(model: object, ids: object) -> None:
 
 
 # --8<-- [start:maps]
+# --8<-- [start:head-weights]
 def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
     """One block's attention weights, from its own projections: `x (B, L, E)`
     normed -> `(B, H, L, L)`."""
@@ -63,6 +64,7 @@ def head_weights(attn: Attention, x: Tensor, positions: Tensor) -> Tensor:
     return attention_weights(
         q, k, is_causal=True, enable_gqa=True, sinks=attn.sinks
     )  # (B, H, L, L)
+    # --8<-- [end:head-weights]
 
 
 @torch.no_grad()

@@ -89,6 +89,7 @@ class ReverseAligner(nn.Module):
         self.attention = AdditiveAttention(dim, dim, dim)
         self.readout = nn.Linear(dim, vocab)
 
+    # --8<-- [start:aligner-forward]
     def forward(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """`source (B, S)` tokens ->
         `(logits (B, S, vocab), weights (B, S, S))`, output steps by source."""
@@ -100,6 +101,8 @@ class ReverseAligner(nn.Module):
         # (B, S, dim), (B, S, S)
         context, weights = self.attention(states, keys, values)
         return self.readout(context), weights
+
+    # --8<-- [end:aligner-forward]
 
 
 def train_aligner(
@@ -217,6 +220,7 @@ class AttentionOnly(nn.Module):
         )
         self.readout = nn.Linear(dim, vocab)
 
+    # --8<-- [start:induction-model]
     def forward(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
         """`tokens (B, N)` ->
         `(logits (B, N, vocab), [weights (B, H, N, N) of each layer])`."""
@@ -229,6 +233,8 @@ class AttentionOnly(nn.Module):
             x = x + out  # each layer writes into the residual stream
             weights.append(layer_weights)
         return self.readout(x), weights
+
+    # --8<-- [end:induction-model]
 
 
 def train_induction(
@@ -380,6 +386,7 @@ def max_token_batch(
     return tokens, tokens.max(dim=1, keepdim=True).values.expand(batch, LENGTH)
 
 
+# --8<-- [start:max-token-stack]
 class MaxTokenStack(nn.Module):
     """Six of torch's encoder layers, post-LN (`pre_ln=False`, the original
     Transformer) or pre-LN."""
@@ -407,6 +414,9 @@ class MaxTokenStack(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.head(self.final_norm(x))
+
+
+# --8<-- [end:max-token-stack]
 
 
 @remembered

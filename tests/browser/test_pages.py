@@ -214,10 +214,15 @@ def test_the_code_row_checks_find_wrapped_rows(site: Site, browser: Browser) -> 
     )
     page.add_style_tag(content=".md-typeset .highlight code .line { padding: 0; text-indent: 0; }")
     flush_left = page.evaluate(WRAPPED_LINES, ANY_CODE)
+    # a notebook page's code cells, which mkdocs-jupyter writes as a `pre` without `code`, are read too
+    page.goto(site.url + "notebooks/playground/", wait_until="networkidle")
+    lay_out_everything(page)
+    notebook = page.evaluate(WRAPPED_LINES, ANY_CODE)
     page.close()
     assert len(larger) > 10
     assert len(hanging) > 10
     assert all(line["hangs"] for line in hanging)
+    assert len(notebook) > 10
     assert copied > 10
     assert copied_differs == 0
     assert sum(not line["hangs"] for line in flush_left) > 10

@@ -205,7 +205,8 @@ WRAPPED_LINES = """(selector) => {
   return found;
 }"""
 TITLED_CODE = ".md-content .highlight:has(> .filename) > pre > code"
-ANY_CODE = ".md-content pre > code"
+# every code block: Markdown's and the API reference's (`pre > code`), a notebook page's code cells (`pre` alone)
+ANY_CODE = ".md-content pre > code, .md-content .highlight-ipynb > pre"
 
 OVERFLOW = """async () => {
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));

@@ -37,10 +37,11 @@ MARKED_FENCE = re.compile(
     re.MULTILINE,
 )
 TITLE = re.compile(r"^# .+$", re.MULTILINE)
-# The code of a block that pymdownx.highlight wrote (mkdocstrings' signatures too): Pygments' tokens in spans.
+# The code of a block that pymdownx.highlight wrote (mkdocstrings' signatures too), or of a notebook's code cell
+# (mkdocs-jupyter's `highlight-ipynb`, a `pre` without `code`): Pygments' tokens in spans.
 HIGHLIGHTED = re.compile(
     r'(?P<open><div class="[^"]*\bhighlight\b[^"]*">(?:<span class="filename">[^<]*</span>)?'
-    r"<pre>(?:<span></span>)?<code>)(?P<code>.*?)(?P<close></code></pre>)",
+    r"<pre>(?:<span></span>)?(?P<code_tag><code>)?)(?P<code>.*?)(?P<close>(?(code_tag)</code>)</pre>)",
     re.DOTALL,
 )
 TAG = re.compile(r"(<[^>]+>)")
