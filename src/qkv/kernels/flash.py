@@ -479,6 +479,8 @@ def _add_dq(
     from run to run, and so do the last bits of the sum. Computed transposed,
     `K^T dS^T (D, BLOCK_M)`, so that no product transposes a tile it computed
     (see `_dkdv_over_queries`). With MASKED, rows at or past L add nothing.
+    Relaxed: the additions need no order among themselves; the kernel's end
+    is what orders them before dQ is read.
     """
     dims = tl.arange(0, HEAD_DIM)
     dq_t = tl.dot(tl.trans(k), ds_t.to(k.dtype))  # (D, N) @ (N, M) -> (D, M)
