@@ -3,7 +3,7 @@
     TRITON_INTERPRET=0 QKV_FLASH_AUTOTUNE=1 PYTHONPATH=src python benchmarks/gpu/sm90_resources.py [OUT.json]
 
 Needs no GPU: each configuration that the autotuners of `qkv.kernels.flash` and `qkv.kernels.decode`
-may try, and the forward's variants for Hopper that the lease tries (`flash.FORWARD_VARIANTS`), is
+may try, and the variants that the lease tries (`flash.FORWARD_VARIANTS`, `flash.BACKWARD_VARIANTS`), is
 compiled for Hopper (`qkv_lab.sm90.compile_for_sm90`, D = 128, bfloat16, pointers 16-byte aligned as
 torch's are, full and causal), and the cubin read with the `cuobjdump` that Triton bundles
 (`qkv_lab.sm90.usage`): `REG` registers per thread, `STACK` bytes of stack frame per thread (above zero
@@ -36,7 +36,7 @@ def configurations():
     padded = {"CuSeqlensQ": None, "CuSeqlensK": None, "KeyLengths": None, "WINDOW": False}
     tuned = {
         "forward": (flash._tuned_forward, flash.FORWARD_VARIANTS),
-        "dkdv": (flash._tuned_backward_dkdv, []),
+        "dkdv": (flash._tuned_backward_dkdv, flash.BACKWARD_VARIANTS),
         "dq": (flash._tuned_backward_dq, []),
     }
     for name, (autotuner, variants) in tuned.items():

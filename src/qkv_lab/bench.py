@@ -475,11 +475,13 @@ def runs_on(case: Case, device: torch.device) -> bool:
 
 
 def kernels(case: Case) -> list[str]:
-    """The kernels of a kernel path that have launch configurations (`qkv_lab.pinning.KERNELS`)."""
+    """The kernels of a kernel path that have launch configurations (`qkv_lab.pinning.KERNELS`), in the
+    order they are tuned: dQ's before dK/dV's, so that the dK/dV variant that computes dQ itself
+    (ATOMIC_DQ) is timed against the two kernels with dQ's already chosen."""
     if case.path in DECODE_PATHS:
         return ["decode"]
     return (
-        ["forward", "dkdv", "dq"]
+        ["forward", "dq", "dkdv"]
         if case.mode == "forward+backward"
         else ["forward"]
     )

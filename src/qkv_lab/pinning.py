@@ -11,7 +11,9 @@ process (the confirming run) through JSON.
 Kernels, by name: `forward`, `dkdv` and `dq` (the FlashAttention kernels of `qkv.kernels.flash`) and `decode`
 (the split kernel of `qkv.kernels.decode`; its merge kernel has no configurations). The backward kernels are
 tuned one after the other (coordinate descent), the others pinned meanwhile at their chosen or first
-configuration: their configurations multiply, and each kernel's time depends mainly on its own.
+configuration: their configurations multiply, and each kernel's time depends mainly on its own. A `dkdv`
+configuration with ATOMIC_DQ computes dQ itself: with it pinned, the `dq` kernel does not run, and the
+configuration named for `dq` is unused.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ KERNELS = {
     "decode": ("qkv.kernels.decode", "_tuned_split"),
 }
 # configurations a kernel's autotuner does not try but the lease does: the
-# forward's variants for Hopper (tensor descriptors, the scale in one FMA) and
+# forward's variants for Hopper (tensor descriptors, the scale in one FMA), the
+# dK/dV kernel's that adds to dQ atomically (five products, not seven) and
 # decoding's (tensor descriptors for the pages)
 VARIANTS = {
     "forward": ("qkv.kernels.flash", "FORWARD_VARIANTS"),
+    "dkdv": ("qkv.kernels.flash", "BACKWARD_VARIANTS"),
     "decode": ("qkv.kernels.decode", "DECODE_VARIANTS"),
 }
 

@@ -23,7 +23,9 @@ H100_SHARED_MEMORY = 232_448
 
 # the kernels' arguments that are not tensors of the inputs' dtype
 TYPES = {"scale": "fp32", "qk_scale": "fp32"}
-TYPES |= dict.fromkeys(["LSE", "Delta", "PartialOut", "PartialLSE"], "*fp32")
+TYPES |= dict.fromkeys(
+    ["LSE", "LSE2", "Delta", "dQAccum", "PartialOut", "PartialLSE"], "*fp32"
+)
 TYPES |= dict.fromkeys(
     ["KeyLengths", "CuSeqlensQ", "CuSeqlensK", "BlockTables", "Lengths"], "*i32"
 )

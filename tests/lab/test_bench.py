@@ -361,12 +361,17 @@ def test_a_kernel_path_is_tuned_then_timed_pinned(monkeypatch):
     assert (record["ms"], record["median_ms"], record["autotune"]) == (2.0, 3.0, False)
     forward = len(bench.pinning.candidates("forward", 24))
     assert forward == 4  # the interpreter's one configuration, then the three Hopper variants
-    assert [trial["kernel"] for trial in record["tuning"]] == ["forward"] * forward + ["dkdv", "dq"]
+    dkdv = len(bench.pinning.candidates("dkdv", 24))
+    assert dkdv == 2  # and the variant that adds to dQ itself, tried once dQ's kernel is chosen
+    tuned = ["forward"] * forward + ["dq"] + ["dkdv"] * dkdv
+    assert [trial["kernel"] for trial in record["tuning"]] == tuned
+    assert "ATOMIC_DQ=True" in record["tuning"][-1]["config"]
+    assert record["tuning"][-1]["status"] == "ok"  # its gradients passed the check
     assert record["config"].startswith("forward: BLOCK_M=")
     assert "; dkdv: " in record["config"]
     assert "; dq: " in record["config"]
     assert record["gradients_checked"] is True
-    trials = forward + 2
+    trials = forward + 1 + dkdv
     assert held == [dict.fromkeys(("forward", "dkdv", "dq"), 1)] * (trials + 1)  # and one timing
 
 

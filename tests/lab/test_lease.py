@@ -245,6 +245,32 @@ def test_the_forward_variants_are_tuned_beside_the_autotuners_configurations(tin
         assert all(trial["status"] == "ok" for trial in record["tuning"])
 
 
+def test_the_backward_variant_is_tuned_checked_and_chosen_when_faster(tiny_lease):
+    # In the tiny lease, every backward case tried ATOMIC_DQ after dQ's kernel was chosen, and its
+    # gradients passed; timed fastest, it is the choice, and its summary line says gradients were checked.
+    folder, _ = tiny_lease
+    records = json.loads((folder / "cases.json").read_text())["cases"]
+    variants = [pinning.describe(config) for config in flash.BACKWARD_VARIANTS]
+    backward = [r for r in records if r["mode"] == "forward+backward"]
+    assert len(backward) == 2
+    for record in backward:
+        dkdv = [trial for trial in record["tuning"] if trial["kernel"] == "dkdv"]
+        assert [trial["config"] for trial in dkdv[-len(variants) :]] == variants
+        assert all(trial["status"] == "ok" for trial in dkdv)
+        assert record["tuning"][0]["kernel"] == "dq"  # the forward's configuration is fixed
+    tuner = pinning.autotuner("dkdv")
+
+    def timer(call, device):  # the variant is the fastest
+        call()
+        return Timing(1.0, 1.0) if tuner.best_config.kwargs.get("ATOMIC_DQ") else Timing(4.0, 4.0)
+
+    case = lease.cases("backward", TINY)[1]
+    fixed = {"forward": pinning.candidates("forward", case.seqlen_q)[0]}
+    line = lease.summary_line(lease.measure(case, tools(timer), fixed))
+    assert "dkdv: ATOMIC_DQ=True" in line["config"]
+    assert (line["qkv_ms"], line["gradients_checked"]) == (1.0, True)
+
+
 def test_a_faster_variant_is_chosen_and_named_in_the_summary():
     tuner = pinning.autotuner("forward")
 

@@ -49,7 +49,8 @@ def test_candidates_are_pruned_by_the_queries_as_the_autotuner_prunes(monkeypatc
         monkeypatch.setattr(pinning.autotuner(kernel), "configs", on_a_gpu)
     assert [c.kwargs["BLOCK_M"] for c in pinning.candidates("forward", 1)] == [16]
     assert [c.kwargs["BLOCK_M"] for c in pinning.candidates("forward", 4096)] == [64, 128]
-    assert pinning.candidates("dkdv", 1) == on_a_gpu  # one program per key block: not pruned
+    # one program per key block: not pruned; its variant after the autotuner's configurations
+    assert pinning.candidates("dkdv", 1) == [*on_a_gpu, *flash.BACKWARD_VARIANTS]
 
 
 def test_the_forward_candidates_include_its_variants_for_hopper():
@@ -67,6 +68,16 @@ def test_the_decode_candidates_include_its_descriptor_variants():
     assert all(config.kwargs["TMA"] for config in decode.DECODE_VARIANTS)
     assert not any(config.kwargs.get("TMA") for config in tuner.configs)
     assert pinning.candidates("decode", 1) == [*tuner.configs, *decode.DECODE_VARIANTS]
+
+
+def test_the_dkdv_candidates_include_its_variant_that_adds_to_dq():
+    # the lease times the five-product backward against the two kernels; the autotuner never tries it
+    tuner = pinning.autotuner("dkdv")
+    variants = flash.BACKWARD_VARIANTS
+    assert variants
+    assert all(config.kwargs["ATOMIC_DQ"] for config in variants)
+    assert not any(config.kwargs.get("ATOMIC_DQ") for config in tuner.configs)
+    assert pinning.candidates("dkdv", 24) == [*tuner.configs, *variants]
 
 
 def test_an_unknown_kernel_is_refused():

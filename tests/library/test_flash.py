@@ -18,7 +18,8 @@ stored, as on a GPU, so the forward's TMA variants are checked here too (`VARIAN
 The interpreter never runs Triton's GPU compiler, so `test_kernels_compile_for_a_gpu` compiles every kernel
 to sm_90 machine code in a subprocess (Triton ships ptxas; no GPU needed), with 16-byte-aligned pointers as a
 real launch has them, and every autotuner tile size at D = 128 within an H100's shared memory; the forward's
-variants for Hopper (`flash.FORWARD_VARIANTS`) without spills, and with tensor descriptors where they should.
+variants for Hopper (`flash.FORWARD_VARIANTS`) without spills, and with tensor descriptors where they should;
+the backward's (`flash.BACKWARD_VARIANTS`) without spills, and with atomic additions where they should.
 """
 
 import math
@@ -109,11 +110,26 @@ VARIANTS = [variant(flags) for flags in flash.VARIANT_FLAGS]
 TMA_VARIANTS = [param for param in VARIANTS if param.values[0].kwargs.get("TMA")]
 
 
+# The backward's variant that accumulates dQ in the dK/dV kernel with atomic additions (ATOMIC_DQ);
+# `pin_backward` makes the dK/dV kernel launch it, as the lease does.
+ATOMIC_DQ = pytest.param(flash.BACKWARD_VARIANTS[0], id="atomic-dq")
+
+
+def pin(monkeypatch, tuner, config):
+    """Launch `tuner`'s kernel with `config` only (None: leave the autotuner as it is)."""
+    if config is not None:
+        monkeypatch.setattr(tuner, "configs", [config])
+        monkeypatch.setattr(tuner, "cache", {})
+
+
 def pin_forward(monkeypatch, config):
     """Launch the forward kernel with `config` only (None: leave the autotuner as it is)."""
-    if config is not None:
-        monkeypatch.setattr(flash._tuned_forward, "configs", [config])
-        monkeypatch.setattr(flash._tuned_forward, "cache", {})
+    pin(monkeypatch, flash._tuned_forward, config)
+
+
+def pin_backward(monkeypatch, config):
+    """Launch the dK/dV kernel with `config` only (None: leave the autotuner as it is)."""
+    pin(monkeypatch, flash._tuned_backward_dkdv, config)
 
 
 def some_key_lengths(seqlen_k):
@@ -140,24 +156,43 @@ MASKS = [
 ]
 
 
-# every shape and mask with the default forward; every variant at one shape (L != S, partial tiles both ways)
-CASES = [
-    pytest.param(*shape.values, *masks.values, None, id=f"{shape.id}-{masks.id}")
-    for shape in SHAPES
-    for masks in MASKS
-] + [
-    pytest.param(20, 45, 32, *masks.values, config, id=f"{config_id}-{masks.id}")
-    for (config,), config_id in ((param.values, param.id) for param in VARIANTS)
-    for masks in MASKS
-]
+# every shape and mask with the default kernels; every forward variant at one shape (L != S, partial tiles
+# both ways); the backward's variant at that shape, its transpose (L > S) and length 1
+CASES = (
+    [
+        pytest.param(*shape.values, *masks.values, None, None, id=f"{shape.id}-{masks.id}")
+        for shape in SHAPES
+        for masks in MASKS
+    ]
+    + [
+        pytest.param(20, 45, 32, *masks.values, config, None, id=f"{config_id}-{masks.id}")
+        for (config,), config_id in ((param.values, param.id) for param in VARIANTS)
+        for masks in MASKS
+    ]
+    + [
+        pytest.param(
+            *shape.values,
+            *masks.values,
+            None,
+            *ATOMIC_DQ.values,
+            id=f"{ATOMIC_DQ.id}-{shape.id}-{masks.id}",
+        )
+        for shape in SHAPES
+        if shape.id in ("L1-S1-D16", "L20-S45-D32", "L45-S20-D16")
+        for masks in MASKS
+    ]
+)
 
 
-@pytest.mark.parametrize(("seqlen_q", "seqlen_k", "head_dim", "masks", "forward"), CASES)
+@pytest.mark.parametrize(
+    ("seqlen_q", "seqlen_k", "head_dim", "masks", "forward", "backward"), CASES
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_output_and_gradients_match_torch(
-    seqlen_q, seqlen_k, head_dim, masks, forward, dtype, monkeypatch
+    seqlen_q, seqlen_k, head_dim, masks, forward, backward, dtype, monkeypatch
 ):
     pin_forward(monkeypatch, forward)
+    pin_backward(monkeypatch, backward)
     if masks.get("key_lengths"):
         masks = {"key_lengths": some_key_lengths(seqlen_k)}
     assert_matches_torch(*random_qkv(2, 2, seqlen_q, seqlen_k, head_dim, dtype), **masks)
@@ -181,8 +216,11 @@ def test_gradients_with_key_lengths_over_several_key_blocks_match_torch(seqlen_k
     ],
 )
 @pytest.mark.parametrize(("heads", "heads_kv"), [(4, 2), (3, 1)], ids=["gqa-4-2", "mqa-3-1"])
-def test_grouped_query_heads_match_torch(heads, heads_kv, masks):
-    # dK and dV of a key/value head sum the gradients of every query head that reads it.
+@pytest.mark.parametrize("backward", [pytest.param(None, id="default"), ATOMIC_DQ])
+def test_grouped_query_heads_match_torch(heads, heads_kv, masks, backward, monkeypatch):
+    # dK and dV of a key/value head sum the gradients of every query head that reads it; with
+    # ATOMIC_DQ, the program of a key/value head adds to dQ of each of its query heads.
+    pin_backward(monkeypatch, backward)
     if masks.get("key_lengths"):
         masks = {"key_lengths": some_key_lengths(37)}
     assert_matches_torch(*random_qkv(2, heads, 21, 37, 16, heads_kv=heads_kv), **masks)
@@ -208,8 +246,10 @@ def test_any_lengths_and_masks_match_torch(
     assert_matches_torch(q, k, v, causal, window=window, key_lengths=key_lengths)
 
 
-def test_queries_without_keys_give_zeros_and_zero_gradients():
+@pytest.mark.parametrize("backward", [pytest.param(None, id="default"), ATOMIC_DQ])
+def test_queries_without_keys_give_zeros_and_zero_gradients(backward, monkeypatch):
     # Bottom-right with L = 40 > S = 9 leaves the first 31 queries no key; batch 1 has no key at all.
+    pin_backward(monkeypatch, backward)
     q, k, v = (x.requires_grad_() for x in random_qkv(2, 2, 40, 9, 16, heads_kv=1))
     key_lengths = torch.tensor([9, 0], device=DEVICE)
     out = qkv.flash_attention(q, k, v, causal="bottom_right", key_lengths=key_lengths)
@@ -224,11 +264,38 @@ def test_queries_without_keys_give_zeros_and_zero_gradients():
     assert out[0, :, 31:].abs().sum() > 0  # the queries that see keys are not zeros
 
 
-@pytest.mark.parametrize("forward", [pytest.param(None, id="default"), *TMA_VARIANTS])
+def test_the_atomic_variant_runs_no_dq_kernel(monkeypatch):
+    # ATOMIC_DQ: the dK/dV kernel's five products give dQ too; the dQ kernel's would be two more.
+    pin_backward(monkeypatch, *ATOMIC_DQ.values)
+    monkeypatch.setattr(flash, "_tuned_backward_dq", None)  # a launch would raise TypeError
+    q, k, v = (x.requires_grad_() for x in random_qkv(1, 2, 9, 12, 16))
+    qkv.flash_attention(q, k, v, causal=True).sum().backward()
+    assert q.grad.abs().sum() > 0
+
+
+def test_dkdv_configurations_with_and_without_atomic_dq_are_refused(monkeypatch):
+    # The dQ kernel runs, or not, before the autotuner picks one of them.
+    default = flash._tuned_backward_dkdv.configs[0]
+    monkeypatch.setattr(flash._tuned_backward_dkdv, "configs", [default, *ATOMIC_DQ.values])
+    q, k, v = (x.requires_grad_() for x in random_qkv(1, 1, 4, 4, 16))
+    out = qkv.flash_attention(q, k, v)
+    with pytest.raises(ValueError, match="must all set ATOMIC_DQ or none"):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize(
+    ("forward", "backward"),
+    [
+        pytest.param(None, None, id="default"),
+        *(pytest.param(*param.values, None, id=param.id) for param in TMA_VARIANTS),
+        pytest.param(None, *ATOMIC_DQ.values, id=ATOMIC_DQ.id),
+    ],
+)
 @pytest.mark.parametrize("masks", [{}, {"causal": True, "window": 8}], ids=["padding", "window"])
-def test_keys_past_key_lengths_are_never_read(masks, forward, monkeypatch):
+def test_keys_past_key_lengths_are_never_read(masks, forward, backward, monkeypatch):
     # NaN keys and values past each batch's length: a read of any of them would spread NaN.
     pin_forward(monkeypatch, forward)
+    pin_backward(monkeypatch, backward)
     q, k, v = random_qkv(2, 2, 23, 50, 32)
     key_lengths = torch.tensor([13, 40], device=DEVICE)
     real = qkv.padding_mask(key_lengths, 50)[:, :, 0, :, None]  # (B, 1, 1, S) -> (B, 1, S, 1)
@@ -244,22 +311,28 @@ def test_keys_past_key_lengths_are_never_read(masks, forward, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("scale", "causal", "forward"),
+    ("scale", "causal", "forward", "backward"),
     [
-        pytest.param(scale, causal, None, id=f"{scale}-{'causal' if causal else 'full'}")
+        pytest.param(scale, causal, None, None, id=f"{scale}-{'causal' if causal else 'full'}")
         for scale in (0.05, 1.0, 2.5)
         for causal in (False, True)
     ]
-    + [pytest.param(-0.7, False, None, id="-0.7-full")]
+    + [pytest.param(-0.7, False, None, None, id="-0.7-full")]
     + [
-        pytest.param(-0.7, False, *param.values, id=f"-0.7-full-{param.id}")
+        pytest.param(-0.7, False, *param.values, None, id=f"-0.7-full-{param.id}")
         for param in VARIANTS
         if param.values[0].kwargs.get("FOLD_SCALE")
+    ]
+    + [
+        pytest.param(-0.7, False, None, *ATOMIC_DQ.values, id=f"-0.7-full-{ATOMIC_DQ.id}"),
+        pytest.param(2.5, True, None, *ATOMIC_DQ.values, id=f"2.5-causal-{ATOMIC_DQ.id}"),
     ],
 )
-def test_custom_scale_matches_torch(scale, causal, forward, monkeypatch):
+def test_custom_scale_matches_torch(scale, causal, forward, backward, monkeypatch):
     # A negative scale makes the largest score the smallest product: FOLD_SCALE's maximum is taken before it.
+    # At 2.5, keys pre-scaled in float16 took dQ past the rule (see qkv.kernels.flash).
     pin_forward(monkeypatch, forward)
+    pin_backward(monkeypatch, backward)
     assert_matches_torch(*random_qkv(2, 1, 18, 21, 32), causal=causal, scale=scale)
 
 
@@ -351,6 +424,8 @@ def test_cpu_tensors_without_the_interpreter_are_refused(monkeypatch):
 # GPU.
 COMPILE_FOR_GPU = textwrap.dedent(
     """
+    import re
+
     from qkv.kernels import flash
     from qkv_lab.sm90 import H100_SHARED_MEMORY, compile_for_sm90, usage
 
@@ -391,6 +466,23 @@ COMPILE_FOR_GPU = textwrap.dedent(
         assert used["shared"] <= H100_SHARED_MEMORY, (str(config), used)
         tma = "cp.async.bulk.tensor" in compiled.asm["ptx"]
         assert tma == config.kwargs.get("TMA", False), (str(config), tma)
+
+    # The backward's variant that adds to dQ atomically, beside the dK/dV kernel's first configuration, at
+    # D = 128 with every mask: within an H100's shared memory, the variant without spills, and float32
+    # atomic additions to global memory in the PTX (red or atom, .global, add, .f32) exactly in the variant.
+    atomic_add = re.compile("(red|atom)[.]global[.][a-z0-9._]*add[a-z0-9.]*[.]f32")
+    for config in [flash._tuned_backward_dkdv.configs[0], *flash.BACKWARD_VARIANTS]:
+        atomic = config.kwargs.get("ATOMIC_DQ", False)
+        given = {"HEAD_DIM": 128, **EVERY_MASK, **config.kwargs}
+        if not atomic:
+            given["dQAccum"] = None  # as the two-kernel path launches it
+        options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+        compiled = compile_for_sm90(flash._backward_dkdv_kernel, given, **options)
+        used = usage(compiled)
+        assert used["shared"] <= H100_SHARED_MEMORY, (str(config), used)
+        assert used["stack"] == 0 or not atomic, ("spills", str(config), used)
+        found = bool(atomic_add.search(compiled.asm["ptx"]))
+        assert found == atomic, (str(config), found)
 
     # Every tile size the autotuner may try, at the largest head size and its deepest pipeline (the most
     # shared memory): a config that does not fit is skipped by the autotuner, but if none fits, the launch fails.

@@ -23,10 +23,12 @@ from tests.library.reference import (
     torch_attention,
 )
 from tests.library.test_flash import (
+    ATOMIC_DQ,
     DEVICE,
     DTYPES,
     VARIANTS,
     interpreter_only,
+    pin_backward,
     pin_forward,
     run_with_grads,
 )
@@ -92,20 +94,26 @@ MASKS = [
 
 # the forward's variant with both tensor descriptors and the folded scale: each sequence's own descriptors
 BOTH = next(param for param in VARIANTS if len(param.values[0].kwargs) == 4)
+# and the backward's variant that adds to dQ atomically: each sequence's own rows of dQ
 WITH_VARIANT = [
-    pytest.param(*masks.values, *BOTH.values, id=f"{masks.id}-{BOTH.id}")
+    pytest.param(*masks.values, *forward, *backward, id=f"{masks.id}-{variant.id}")
+    for variant, forward, backward in (
+        (BOTH, BOTH.values, [None]),
+        (ATOMIC_DQ, [None], ATOMIC_DQ.values),
+    )
     for masks in MASKS
     if masks.id in ("causal", "window9-bottom-right")
 ]
 
 
 @pytest.mark.parametrize(
-    ("options", "forward"),
-    [pytest.param(*masks.values, None, id=masks.id) for masks in MASKS] + WITH_VARIANT,
+    ("options", "forward", "backward"),
+    [pytest.param(*masks.values, None, None, id=masks.id) for masks in MASKS] + WITH_VARIANT,
 )
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_packed_output_and_gradients_match_torch(options, forward, dtype, monkeypatch):
+def test_packed_output_and_gradients_match_torch(options, forward, backward, dtype, monkeypatch):
     pin_forward(monkeypatch, forward)
+    pin_backward(monkeypatch, backward)
     q, k, v, cu_q, cu_k = packed_qkv(SEQLENS_Q, SEQLENS_K, dtype=dtype)
     assert_varlen_matches_torch(q, k, v, cu_q, cu_k, **options)
 
@@ -171,10 +179,19 @@ def test_queries_without_keys_give_zeros_and_zero_gradients():
     assert k.grad[:3].abs().sum() > 0
 
 
-@pytest.mark.parametrize("forward", [pytest.param(None, id="default"), BOTH])
-def test_no_sequence_reads_another(forward, monkeypatch):
-    # NaN queries, keys and values in sequence 1: a read of any of them from another sequence spreads NaN.
+@pytest.mark.parametrize(
+    ("forward", "backward"),
+    [
+        pytest.param(None, None, id="default"),
+        pytest.param(*BOTH.values, None, id=BOTH.id),
+        pytest.param(None, *ATOMIC_DQ.values, id=ATOMIC_DQ.id),
+    ],
+)
+def test_no_sequence_reads_another(forward, backward, monkeypatch):
+    # NaN queries, keys and values in sequence 1: a read of any of them from another sequence spreads NaN;
+    # with ATOMIC_DQ, an addition to another sequence's rows of dQ would too.
     pin_forward(monkeypatch, forward)
+    pin_backward(monkeypatch, backward)
     seqlens_q, seqlens_k = [20, 9, 13], [18, 11, 25]
     q, k, v, cu_q, cu_k = packed_qkv(seqlens_q, seqlens_k)
     rows, cols = slice(cu_q[1], cu_q[2]), slice(cu_k[1], cu_k[2])

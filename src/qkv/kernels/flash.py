@@ -11,11 +11,25 @@ queries in the outer (parallel) loop, keys in the inner loop, rescaling deferred
 base 2 (`exp2` is one instruction on GPUs), with `log2(e)` folded into the score scale (`LOG2E`).
 
 The forward pass stores the row-wise logsumexp `lse` (natural log, float32). The backward pass recomputes
-each probability tile from it, `p = exp(scores - lse)`, instead of storing the (L, S) probabilities:
-a preprocessing kernel computes `delta = rowsum(dO * O)`, one kernel accumulates dK and dV over query
-blocks (one program per key block and key/value head, looping over the query heads that share it), and one
-accumulates dQ over key blocks (one program per query block). With `dP = dO V^T`, the softmax gradient is
-`dS = P * (dP - delta)`, and `dQ = dS K * scale`, `dK = dS^T Q * scale`, `dV = P^T dO`.
+each probability tile from it, `p = exp2(scores * scale * log2(e) - lse2)`, instead of storing the (L, S)
+probabilities: a preprocessing kernel computes `delta = rowsum(dO * O)` and the logsumexp in base 2,
+`lse2 = lse * log2(e)`; one kernel accumulates dK and dV over query blocks (one program per key block and
+key/value head, looping over the query heads that share it), and one accumulates dQ over key blocks (one
+program per query block). With `dP = dO V^T`, the softmax gradient is `dS = P * (dP - delta)`, and
+`dQ = dS K * scale`, `dK = dS^T Q * scale`, `dV = P^T dO`. That is seven matrix products per tile: the dQ
+kernel computes `Q K^T` and `dO V^T` again. Each output row belongs to one program, so the gradients are
+the same, bit for bit, on every run.
+
+The backward's variant ATOMIC_DQ (`BACKWARD_VARIANTS`) does the five products of Dao (2023,
+FlashAttention-2) and Shah et al. (2024, FlashAttention-3) in the dK/dV kernel alone: each program also
+adds its key block's share of dQ, `dS K`, to a float32 copy of dQ with atomic additions, and no dQ kernel
+runs. The price is determinism: on a GPU the key blocks' additions to one row of dQ land in an order that
+varies from run to run, and float32 addition is not associative, so dQ's last bits vary too (dK and dV do
+not). The two-kernel path stays the default. Both take the scale as the compiler already fuses it, one FMA
+per score, `exp2(qk * qk_scale - lse2)` (read in the PTX for sm_90), rather than in keys pre-scaled as
+Triton's tutorial does: rounding `k * qk_scale` to float16 saved no instruction and took dQ up to seven
+times further from the float64 reference than torch's own error (the tests allow three), at scale 2.5 and
+D = 32 under the interpreter.
 
 Masks. Causal (top-left or bottom-right), a sliding window and per-batch key lengths leave each query an
 interval of keys (`qkv.kernels.tiles`). Each program asks `tiles` which tiles of its loop are empty (never
@@ -409,12 +423,16 @@ def _forward_kernel(
 
 @triton.jit(do_not_specialize=["seqlen_q"])
 def _backward_preprocess(
-    Out, dOut, Delta, seqlen_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr
-):
-    """`delta = rowsum(dO * O)`, the term that the softmax gradient subtracts from every row."""
+    Out, dOut, LSE, Delta, LSE2, seqlen_q,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """`delta = rowsum(dO * O)`, the term that the softmax gradient subtracts
+    from every row, and `lse2 = lse * log2(e)`, the logsumexp in base 2 as the
+    other backward kernels read it (a row without keys keeps -inf)."""
     block = tl.program_id(0)
     head = _batch_head()
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < seqlen_q
     out = _load_rows(
         Out + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True
     )
@@ -422,7 +440,9 @@ def _backward_preprocess(
         dOut + head * seqlen_q * HEAD_DIM, rows, seqlen_q, HEAD_DIM, True
     )
     delta = tl.sum(out.to(tl.float32) * d_out.to(tl.float32), 1)
-    tl.store(Delta + head * seqlen_q + rows, delta, mask=rows < seqlen_q)
+    tl.store(Delta + head * seqlen_q + rows, delta, mask=row_ok)
+    lse = tl.load(LSE + head * seqlen_q + rows, mask=row_ok, other=0.0)
+    tl.store(LSE2 + head * seqlen_q + rows, lse * LOG2E, mask=row_ok)
 
 
 # --8<-- [start:probabilities]
@@ -447,14 +467,41 @@ def _probabilities(
 
 
 @triton.jit
-def _dkdv_over_queries(
-    dk, dv, k, v, Q, dOut, LSE, Delta, cols, start, end, seqlen_q, kv_len, offset, window, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    MASKED: tl.constexpr,
+def _add_dq(
+    dQAccum, k, ds_t, rows, seqlen_q,
+    HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
-    """Add the query tiles in `[start, end)` of one head to dK and dV of one block of keys.
+    """Add one key block's share of dQ, `dS K`, to `rows` of the float32
+    accumulator `dQAccum (L, D)`, with atomic additions.
 
-    Rows past L read as zeros (q, dO, lse and delta alike), so they add nothing. The tiles are computed
+    Every key block of the head adds to the same rows, from programs that run
+    at the same time; on a GPU their additions land in an order that varies
+    from run to run, and so do the last bits of the sum. Computed transposed,
+    `K^T dS^T (D, BLOCK_M)`, so that no product transposes a tile it computed
+    (see `_dkdv_over_queries`). With MASKED, rows at or past L add nothing.
+    Relaxed: the additions need no order among themselves; the kernel's end
+    is what orders them before dQ is read.
+    """
+    dims = tl.arange(0, HEAD_DIM)
+    dq_t = tl.dot(tl.trans(k), ds_t.to(k.dtype))  # (D, N) @ (N, M) -> (D, M)
+    pointers = dQAccum + rows[None, :] * HEAD_DIM + dims[:, None]
+    if MASKED:
+        row_ok = (rows < seqlen_q)[None, :]
+        tl.atomic_add(pointers, dq_t, mask=row_ok, sem="relaxed")
+    else:
+        tl.atomic_add(pointers, dq_t, sem="relaxed")
+
+
+@triton.jit
+def _dkdv_over_queries(
+    dk, dv, k, v, Q, dOut, LSE2, Delta, dQAccum, cols, start, end, seqlen_q, kv_len, offset, window,
+    qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
+    WINDOW: tl.constexpr, MASKED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+):  # fmt: skip
+    """Add the query tiles in `[start, end)` of one head to dK and dV of one block of keys; with
+    ATOMIC_DQ, add the block's share of those rows' dQ to `dQAccum` too (`_add_dq`).
+
+    Rows past L read as zeros (q, dO, lse2 and delta alike), so they add nothing. The tiles are computed
     transposed, keys by queries (`p_t` is P^T), so that `P^T dO` and `dS^T Q` take them as they are: the
     same products written with `tl.trans(p)` and `tl.trans(ds)` gave a wrong dK on CUDA at D = 128 in
     some launch configurations (H100 and H200, Triton 3.6; benchmarks/gpu/2026-11-26-h200b).
@@ -466,10 +513,10 @@ def _dkdv_over_queries(
             dOut, rows, seqlen_q, HEAD_DIM, MASKED
         )  # (BLOCK_M, D)
         if MASKED:
-            lse2 = tl.load(LSE + rows, mask=rows < seqlen_q, other=0.0) * LOG2E
+            lse2 = tl.load(LSE2 + rows, mask=rows < seqlen_q, other=0.0)
             delta = tl.load(Delta + rows, mask=rows < seqlen_q, other=0.0)
         else:
-            lse2 = tl.load(LSE + rows) * LOG2E
+            lse2 = tl.load(LSE2 + rows)
             delta = tl.load(Delta + rows)
         scores_t = (
             tl.dot(k, q_t) * qk_scale
@@ -486,6 +533,8 @@ def _dkdv_over_queries(
         dk = tl.dot(
             ds_t.to(q_t.dtype), tl.trans(q_t), dk
         )  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        if ATOMIC_DQ:  # the fifth product, in place of the dQ kernel's three
+            _add_dq(dQAccum, k, ds_t, rows, seqlen_q, HEAD_DIM, MASKED)
     return dk, dv
 
 
@@ -499,12 +548,20 @@ def _dkdv_over_queries(
     ]
 )
 def _backward_dkdv_kernel(
-    Q, K, V, dOut, LSE, Delta, dK, dV, KeyLengths, CuSeqlensQ, CuSeqlensK,
+    Q, K, V, dOut, LSE2, Delta, dK, dV,
+    dQAccum,  # ATOMIC_DQ: float32 (B, H, L, D), zeros; else None
+    KeyLengths, CuSeqlensQ, CuSeqlensK,
     scale, qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr = False,
 ):  # fmt: skip
-    """One program: dK and dV of `BLOCK_N` keys of one key/value head, summed over its group's query heads."""
+    """One program: dK and dV of `BLOCK_N` keys of one key/value head, summed over its group's query heads.
+
+    The variant ATOMIC_DQ (`BACKWARD_VARIANTS`) also adds the block's share of each query's dQ,
+    unscaled (`dS K`), to `dQAccum`, atomically; the dQ kernel does not run. Not deterministic on a
+    GPU (see `_add_dq`).
+    """
     block = tl.program_id(0)
     kv_head = tl.program_id(
         1
@@ -549,21 +606,27 @@ def _backward_dkdv_kernel(
     for member in range(0, group):
         q_rows = q_start + (kv_head * group + member) * q_head_rows
         Q_h, dOut_h = Q + q_rows * HEAD_DIM, dOut + q_rows * HEAD_DIM
-        LSE_h, Delta_h = LSE + q_rows, Delta + q_rows
+        LSE2_h, Delta_h = LSE2 + q_rows, Delta + q_rows
+        dQ_h = dQAccum  # None without ATOMIC_DQ
+        if ATOMIC_DQ:
+            dQ_h += q_rows * HEAD_DIM
         if (
             CAUSAL
         ):  # rows across the diagonal (without causal masking there are none)
             dk, dv = _dkdv_over_queries(
-                dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, start, full_start, seqlen_q,
-                kv_len, offset, window, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, True,
+                dk, dv, k, v, Q_h, dOut_h, LSE2_h, Delta_h, dQ_h, cols, start, full_start,
+                seqlen_q, kv_len, offset, window, qk_scale,
+                HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, True, ATOMIC_DQ,
             )  # fmt: skip
         dk, dv = _dkdv_over_queries(  # rows that keep every key of the block: no mask
-            dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, full_start, full_end, seqlen_q,
-            kv_len, offset, window, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, False,
+            dk, dv, k, v, Q_h, dOut_h, LSE2_h, Delta_h, dQ_h, cols, full_start, full_end,
+            seqlen_q, kv_len, offset, window, qk_scale,
+            HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, False, ATOMIC_DQ,
         )  # fmt: skip
         dk, dv = _dkdv_over_queries(  # rows across the window's far edge, or past L
-            dk, dv, k, v, Q_h, dOut_h, LSE_h, Delta_h, cols, full_end, end, seqlen_q,
-            kv_len, offset, window, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, True,
+            dk, dv, k, v, Q_h, dOut_h, LSE2_h, Delta_h, dQ_h, cols, full_end, end,
+            seqlen_q, kv_len, offset, window, qk_scale,
+            HEAD_DIM, BLOCK_M, CAUSAL, WINDOW, True, ATOMIC_DQ,
         )  # fmt: skip
     dims = tl.arange(0, HEAD_DIM)
     key_ok = (cols < seqlen_k)[:, None]
@@ -607,7 +670,7 @@ def _dq_over_keys(
     ]
 )
 def _backward_dq_kernel(
-    Q, K, V, dOut, LSE, Delta, dQ, KeyLengths, CuSeqlensQ, CuSeqlensK,
+    Q, K, V, dOut, LSE2, Delta, dQ, KeyLengths, CuSeqlensQ, CuSeqlensK,
     scale, qk_scale, seqlen_q, seqlen_k, bottom_right, window, group,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -630,7 +693,7 @@ def _backward_dq_kernel(
     Q += q_rows * HEAD_DIM
     dOut += q_rows * HEAD_DIM
     dQ += q_rows * HEAD_DIM
-    LSE += q_rows
+    LSE2 += q_rows
     Delta += q_rows
     K += k_rows * HEAD_DIM
     V += k_rows * HEAD_DIM
@@ -640,7 +703,7 @@ def _backward_dq_kernel(
     row_ok = rows < seqlen_q
     q = _load_rows(Q, rows, seqlen_q, HEAD_DIM, True)
     d_out = _load_rows(dOut, rows, seqlen_q, HEAD_DIM, True)
-    lse2 = tl.load(LSE + rows, mask=row_ok, other=0.0) * LOG2E
+    lse2 = tl.load(LSE2 + rows, mask=row_ok, other=0.0)
     delta = tl.load(Delta + rows, mask=row_ok, other=0.0)
     kv_len = _kept_keys(KeyLengths, seqlen_k)
     first_row = block * BLOCK_M
@@ -727,8 +790,10 @@ def _autotuned(
     kernel: triton.JITFunction,
     block_sizes: list[tuple[int, int]],
     per_query_block: bool = True,
+    reset_to_zero: list[str] | None = None,
 ) -> triton.KernelInterface:
-    """`kernel` with its autotuner; `per_query_block`: one program per BLOCK_M queries (prune by L)."""
+    """`kernel` with its autotuner; `per_query_block`: one program per BLOCK_M queries (prune by L);
+    `reset_to_zero`: the outputs it adds to, cleared before each trial run."""
     prune = (
         {"early_config_prune": _fitting_query_blocks}
         if per_query_block
@@ -738,6 +803,7 @@ def _autotuned(
         _configs(block_sizes),
         key=["seqlen_q", "seqlen_k", "window", "HEAD_DIM", "CAUSAL", "WINDOW"],
         prune_configs_by=prune,
+        reset_to_zero=reset_to_zero,
     )(kernel)
 
 
@@ -762,36 +828,51 @@ VARIANTS = (
 VARIANT_FLAGS = tuple(flags for flags, _ in VARIANTS)
 
 
-def _variants() -> list[triton.Config]:
-    """The forward's `VARIANTS` as launch configurations. Not the autotuner's:
-    the lab's lease times them beside its configurations
-    (`qkv_lab.pinning.candidates`), so that a measured run decides whether one
-    becomes the default. Under the interpreter, its tile with each variant's
+def _variants(
+    variants: tuple, block_size: tuple[int, int]
+) -> list[triton.Config]:
+    """A kernel's variants (`VARIANTS`, `DKDV_VARIANTS`) as launch
+    configurations. Not the autotuner's: the lab's lease times them beside its
+    configurations (`qkv_lab.pinning.candidates`), so that a measured run
+    decides whether one becomes the default. Under the interpreter, the
+    kernel's tile (`block_size`, as `_configs` takes it) with each variant's
     constants."""
     if INTERPRETED:
-        (tile,) = _configs([(64, 32)])
-        return [triton.Config(tile.kwargs | flags) for flags in VARIANT_FLAGS]
+        (tile,) = _configs([block_size])
+        return [triton.Config(tile.kwargs | flags) for flags, _ in variants]
     return [
         triton.Config(
             {"BLOCK_M": block_m, "BLOCK_N": block_n, **flags},
             num_warps=warps,
             num_stages=stages,
         )
-        for flags, launches in VARIANTS
+        for flags, launches in variants
         for block_m, block_n, warps, stages in launches
     ]
 
 
-FORWARD_VARIANTS = _variants()
+FORWARD_VARIANTS = _variants(VARIANTS, (64, 32))
 # One program per BLOCK_N keys, stepping through the queries BLOCK_M at a time.
+# A variant that adds to dQ (ATOMIC_DQ) adds to it again at each of the
+# autotuner's trial runs: `reset_to_zero` clears it before each.
 _tuned_backward_dkdv = _autotuned(
     _backward_dkdv_kernel,
     [(32, 64), (64, 64), (32, 128)],
     per_query_block=False,
+    reset_to_zero=["dQAccum"],
 )
 _tuned_backward_dq = _autotuned(
     _backward_dq_kernel, [(64, 32), (64, 64), (128, 32), (16, 64)]
 )
+# The dK/dV kernel's variant that accumulates dQ itself, atomically (ATOMIC_DQ:
+# five products where the two kernels do seven; dQ's summation order then
+# varies from run to run on a GPU), and its (BLOCK_M, BLOCK_N, warps, stages)
+# on a GPU: those that compile for sm_90 at D = 128, with every mask, without
+# spilling and within an H100's shared memory (Triton 3.9; checked by
+# tests/library/test_flash.py). Query blocks of 32 rows or more spill there,
+# with 4 or 8 warps, as the autotuner's configurations above do.
+DKDV_VARIANTS = (({"ATOMIC_DQ": True}, ((16, 64, 8, 2), (16, 128, 8, 2))),)
+BACKWARD_VARIANTS = _variants(DKDV_VARIANTS, (32, 64))
 PREPROCESS_BLOCK_M = 16 if INTERPRETED else 64
 
 
@@ -889,8 +970,28 @@ def _with_scratch(device: torch.device, launch: Callable[[], None]) -> None:
     launch()
 
 
+def _accumulates_dq() -> bool:
+    """Whether the dK/dV kernel's configurations (the pinned one, or the
+    autotuner's) accumulate dQ themselves (ATOMIC_DQ); then no dQ kernel runs.
+
+    Raises:
+        ValueError: some do and some do not: the autotuner chooses one only
+            once the dQ accumulator is allocated, or not.
+    """
+    flags = {
+        bool(c.kwargs.get("ATOMIC_DQ")) for c in _tuned_backward_dkdv.configs
+    }
+    if len(flags) > 1:
+        raise ValueError(
+            "the dK/dV kernel's configurations must all set ATOMIC_DQ or none, "
+            f"got {[str(c) for c in _tuned_backward_dkdv.configs]}"
+        )
+    return flags.pop()
+
+
 class _FlashAttention(torch.autograd.Function):
-    """Autograd wiring: forward keeps q, k, v, the output and the logsumexp; backward runs three kernels."""
+    """Autograd wiring: forward keeps q, k, v, the output and the logsumexp;
+    backward runs three kernels (two with the variant ATOMIC_DQ)."""
 
     @staticmethod
     def forward(
@@ -921,11 +1022,15 @@ class _FlashAttention(torch.autograd.Function):
         )  # rows: L, or packed total_q (batch 1)
         heads_kv = k.size(1)
         sequences, pointers, lengths, constants = _launch(q, k, *ctx.mask)
-        delta = torch.empty_like(lse)
-        dq, dk, dv = (
-            torch.empty_like(q),
-            torch.empty_like(k),
-            torch.empty_like(v),
+        delta, lse2 = torch.empty_like(lse), torch.empty_like(lse)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        # ATOMIC_DQ: dQ summed in float32 by atomic additions, in an order that
+        # varies from run to run on a GPU (not deterministic); else its kernel
+        atomic_dq = _accumulates_dq()
+        dq_accum = (
+            torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+            if atomic_dq
+            else None
         )
         # one number per row, whatever its sequence: the packed rows of a head are one long sequence here
         preprocess_grid = _grid(rows, PREPROCESS_BLOCK_M, batch, heads)
@@ -936,23 +1041,30 @@ class _FlashAttention(torch.autograd.Function):
         def query_blocks(meta: dict) -> tuple[int, int, int]:
             return _grid(lengths[0], meta["BLOCK_M"], sequences, heads)
 
-        saved = (q, k, v, d_out, lse, delta)
+        saved = (q, k, v, d_out, lse2, delta)
         scales = (ctx.scale, ctx.scale * LOG2E.value)
         with _on_device(q):
             _backward_preprocess[preprocess_grid](
                 out,
                 d_out,
+                lse,
                 delta,
+                lse2,
                 rows,
                 HEAD_DIM=head_dim,
                 BLOCK_M=PREPROCESS_BLOCK_M,
             )
             _tuned_backward_dkdv[key_blocks](
-                *saved, dk, dv, *pointers, *scales, *lengths, **constants
-            )
-            _tuned_backward_dq[query_blocks](
-                *saved, dq, *pointers, *scales, *lengths, **constants
-            )
+                *saved, dk, dv, dq_accum, *pointers, *scales, *lengths,
+                **constants,
+            )  # fmt: skip
+            if atomic_dq:
+                dq = (dq_accum * ctx.scale).to(q.dtype)
+            else:
+                dq = torch.empty_like(q)
+                _tuned_backward_dq[query_blocks](
+                    *saved, dq, *pointers, *scales, *lengths, **constants
+                )
         return dq, dk, dv, None, None, None, None, None, None
 
 
