@@ -68,12 +68,10 @@ class KVCache:
         if self.key is None:
             self.key, self.value = key, value
         else:
-            self.key = torch.cat(
-                [self.key, key], dim=-2
-            )  # (B, H, T, D) -> (B, H, T + T_new, D)
-            self.value = torch.cat(
-                [self.value, value], dim=-2
-            )  # (B, H, T + T_new, Dv)
+            # (B, H, T, D) -> (B, H, T + T_new, D)
+            self.key = torch.cat([self.key, key], dim=-2)
+            # (B, H, T + T_new, Dv)
+            self.value = torch.cat([self.value, value], dim=-2)
         return self.key, self.value
 
     # --8<-- [end:update]
@@ -154,9 +152,8 @@ def streaming_window(x: Tensor, window: int, sinks: int = 4) -> Tensor:
         )
     if x.size(-2) <= window:
         return x
-    recent = x[
-        ..., x.size(-2) - (window - sinks) :, :
-    ]  # (..., window - sinks, D)
+    # (..., window - sinks, D)
+    recent = x[..., x.size(-2) - (window - sinks) :, :]
     return torch.cat([x[..., :sinks, :], recent], dim=-2)  # (..., window, D)
 
 

@@ -114,15 +114,12 @@ class AdditiveAttention(_PairScoring):
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
         """`e_ij = v^T tanh(W q_i + U k_j + b)`:
         `(B, L, Dq), (B, S, Dk) -> (B, L, S)`."""
-        q = self.query_proj(query)[
-            :, :, None, :
-        ]  # (B, L, Dq) -> (B, L, 1, hidden)
-        k = self.key_proj(keys)[
-            :, None, :, :
-        ]  # (B, S, Dk) -> (B, 1, S, hidden)
-        return self.score(torch.tanh(q + k)).squeeze(
-            -1
-        )  # (B, L, S, hidden) -> (B, L, S)
+        # (B, L, Dq) -> (B, L, 1, hidden)
+        q = self.query_proj(query)[:, :, None, :]
+        # (B, S, Dk) -> (B, 1, S, hidden)
+        k = self.key_proj(keys)[:, None, :, :]
+        # (B, L, S, hidden) -> (B, L, S)
+        return self.score(torch.tanh(q + k)).squeeze(-1)
 
     # --8<-- [end:additive]
 
@@ -164,17 +161,15 @@ class LuongAttention(_PairScoring):
         """The chosen score of every pair:
         `(B, L, D), (B, S, D) -> (B, L, S)`."""
         if self.kind == "dot":
-            return query @ keys.transpose(
-                1, 2
-            )  # (B, L, D) @ (B, D, S) -> (B, L, S)
+            # (B, L, D) @ (B, D, S) -> (B, L, S)
+            return query @ keys.transpose(1, 2)
         if self.kind == "general":
             return query @ self.weight_proj(keys).transpose(1, 2)  # q^T (W k)
         pairs = torch.cat(  # every [q_i; k_j]: (B, L, S, 2D)
             torch.broadcast_tensors(query[:, :, None, :], keys[:, None, :, :]),
             dim=-1,
         )
-        return self.score(torch.tanh(self.concat_proj(pairs))).squeeze(
-            -1
-        )  # (B, L, S)
+        # (B, L, S)
+        return self.score(torch.tanh(self.concat_proj(pairs))).squeeze(-1)
 
     # --8<-- [end:luong]

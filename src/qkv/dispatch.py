@@ -169,9 +169,8 @@ def _parse(
         window,
         key_lengths,
     )
-    if (
-        attn_mask is not None and attn_mask.dim() < 2
-    ):  # torch's kernels fail on it with 4-D inputs
+    # torch's kernels fail on it with 4-D inputs
+    if attn_mask is not None and attn_mask.dim() < 2:
         raise ValueError(
             f"attn_mask must have at least 2 dimensions (..., L, S), got shape {shape(attn_mask)}: "
             "give a row of S flags that every query shares as (1, S)"
@@ -257,9 +256,8 @@ def _torch_with_sinks(
     adds the head's sink to its score, so that the softmax runs over the concatenated logit."""
     seqlen_q, seqlen_k = query.size(-2), key.size(-2)
     dtype = torch.promote_types(query.dtype, torch.float32)
-    dense = mask.as_tensor(
-        seqlen_q, seqlen_k, query.device
-    )  # None, bool or float (..., L, S)
+    # None, bool or float (..., L, S)
+    dense = mask.as_tensor(seqlen_q, seqlen_k, query.device)
     if dense is None:
         dense = torch.zeros(
             seqlen_q, seqlen_k, device=query.device, dtype=dtype
@@ -268,20 +266,17 @@ def _torch_with_sinks(
         dense = keep_to_additive(dense, dtype)
     batch = broadcast_shape(dense.shape[:-2], query.shape[:-2])  # (..., H)
     dense = dense.to(dtype).expand(*batch, seqlen_q, seqlen_k)  # (..., H, L, S)
-    sink = sinks.to(dtype)[:, None, None].expand(
-        *batch, seqlen_q, 1
-    )  # (..., H, L, 1)
-    extra_key = key.new_zeros(
-        *key.shape[:-2], 1, key.size(-1)
-    )  # (..., H_kv, 1, E)
+    # (..., H, L, 1)
+    sink = sinks.to(dtype)[:, None, None].expand(*batch, seqlen_q, 1)
+    # (..., H_kv, 1, E)
+    extra_key = key.new_zeros(*key.shape[:-2], 1, key.size(-1))
     extra_value = value.new_zeros(*value.shape[:-2], 1, value.size(-1))
     return F.scaled_dot_product_attention(
         query,
         torch.cat([key, extra_key], dim=-2),  # (..., H_kv, S + 1, E)
         torch.cat([value, extra_value], dim=-2),
-        attn_mask=torch.cat([dense, sink], dim=-1).to(
-            query.dtype
-        ),  # (..., H, L, S + 1)
+        # (..., H, L, S + 1)
+        attn_mask=torch.cat([dense, sink], dim=-1).to(query.dtype),
         dropout_p=dropout_p,
         scale=scale,
         enable_gqa=enable_gqa,

@@ -127,17 +127,15 @@ def _ring_forward(
     """This rank's output `(B, H, n, Dv)` and log-sum-exp `(B, H, n)` over every
     block of the ring."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    out = torch.zeros(
-        *q.shape[:-1], v.size(-1), dtype=q.dtype, device=q.device
-    )  # (B, H, n, Dv)
+    # (B, H, n, Dv)
+    out = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype, device=q.device)
     lse = torch.full(
         q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device
     )  # (B, H, n)
     for step, source in enumerate(ring_schedule(world, causal)[rank]):
         if step < world - 1:
-            incoming = _pass_along(
-                [k, v], group
-            )  # the next block travels while this one is used
+            # the next block travels while this one is used
+            incoming = _pass_along([k, v], group)
         if source is not None:
             mask = _diagonal_mask(q, k) if causal and source == rank else None
             block_out, block_lse = _attend(q, k, v, mask)
@@ -157,9 +155,8 @@ def _attend(
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # (B, H, n)
-    return torch.exp(
-        scores - lse[..., None]
-    ) @ v, lse  # (B, H, n, Dv), (B, H, n)
+    # (B, H, n, Dv), (B, H, n)
+    return torch.exp(scores - lse[..., None]) @ v, lse
 
 
 def _merge(
@@ -167,9 +164,8 @@ def _merge(
 ) -> tuple[Tensor, Tensor]:
     """Online softmax: two partial attentions over disjoint keys, each
     normalised by its own sum, as one."""
-    new_lse = torch.logaddexp(
-        lse, block_lse
-    )  # log(e^lse + e^block_lse): the sum over both
+    # log(e^lse + e^block_lse): the sum over both
+    new_lse = torch.logaddexp(lse, block_lse)
     out = (
         out * torch.exp(lse - new_lse)[..., None]
         + block_out * torch.exp(block_lse - new_lse)[..., None]
@@ -191,9 +187,8 @@ def _ring_backward(
     """Gradients of this rank's shards: the blocks go round again, their gradients accumulating on the way."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     scale = q.size(-1) ** -0.5
-    delta = (d_out * out).sum(
-        dim=-1, keepdim=True
-    )  # rowsum(dO * O): (B, H, n, 1)
+    # rowsum(dO * O): (B, H, n, 1)
+    delta = (d_out * out).sum(dim=-1, keepdim=True)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for step, source in enumerate(ring_schedule(world, causal)[rank]):
         if step < world - 1:
@@ -204,20 +199,16 @@ def _ring_backward(
                 scores = scores.masked_fill(
                     ~_diagonal_mask(q, k), float("-inf")
                 )
-            p = torch.exp(
-                scores - lse[..., None]
-            )  # the forward's probabilities, recomputed
-            ds = p * (
-                d_out @ v.transpose(-2, -1) - delta
-            )  # dS = P * (dP - delta)
+            # the forward's probabilities, recomputed
+            p = torch.exp(scores - lse[..., None])
+            # dS = P * (dP - delta)
+            ds = p * (d_out @ v.transpose(-2, -1) - delta)
             dq += ds @ k * scale
-            dk += (
-                ds.transpose(-2, -1) @ q * scale
-            )  # the gradient for the block's owner
+            # the gradient for the block's owner
+            dk += ds.transpose(-2, -1) @ q * scale
             dv += p.transpose(-2, -1) @ d_out
-        dk, dv = _wait(
-            *_pass_along([dk, dv], group)
-        )  # travel with the block; the last pass goes home
+        # travel with the block; the last pass goes home
+        dk, dv = _wait(*_pass_along([dk, dv], group))
         if step < world - 1:
             k, v = _wait(*incoming)
     return dq, dk, dv

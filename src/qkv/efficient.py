@@ -94,23 +94,19 @@ def _sliding_window(
     v = F.pad(value, (0, 0, window - 1, pad_end)).unfold(
         -2, chunk + window - 1, chunk
     )
-    k, v = (
-        k.transpose(-2, -1),
-        v.transpose(-2, -1),
-    )  # (..., chunks, chunk + window - 1, E)
+    # (..., chunks, chunk + window - 1, E)
+    k, v = (k.transpose(-2, -1), v.transpose(-2, -1))
 
-    scores = (
-        q @ k.transpose(-2, -1) * _scale(query.size(-1))
-    )  # (..., chunks, chunk, band)
+    # (..., chunks, chunk, band)
+    scores = q @ k.transpose(-2, -1) * _scale(query.size(-1))
     offset = (
         torch.arange(chunk)[:, None]
         - torch.arange(chunk + window - 1)[None, :]
         + window
         - 1
     )
-    in_window = (offset >= 0) & (
-        offset < window
-    )  # (chunk, band): i - window < j <= i
+    # (chunk, band): i - window < j <= i
+    in_window = (offset >= 0) & (offset < window)
     position = (
         torch.arange(chunks)[:, None] * chunk
         + torch.arange(chunk + window - 1)
@@ -198,9 +194,8 @@ def sparse_mask(
         chosen = torch.rand(length, length, generator=generator).argsort(
             dim=-1
         )[:, :num_random]
-        keep = keep.scatter(
-            -1, chosen, True
-        )  # num_random random keys per query
+        # num_random random keys per query
+        keep = keep.scatter(-1, chosen, True)
     return keep
     # --8<-- [end:patterns]
 
@@ -227,9 +222,8 @@ def block_layout(mask: Tensor, block_size: int) -> Tensor:
             rows * block_size - mask.size(0),
         ),
     )
-    tiles = padded.reshape(
-        rows, block_size, cols, block_size
-    )  # (L/b, b, S/b, b)
+    # (L/b, b, S/b, b)
+    tiles = padded.reshape(rows, block_size, cols, block_size)
     return tiles.any(dim=3).any(dim=1)  # (L/b, S/b)
 
 
@@ -277,9 +271,8 @@ def _block_sparse(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor, block_size: int
 ) -> Tensor:
     # --8<-- [start:block-sparse]
-    layout = block_layout(
-        mask, block_size
-    )  # (L/b, S/b): tiles with at least one kept pair
+    # (L/b, S/b): tiles with at least one kept pair
+    layout = block_layout(mask, block_size)
     block_of_key = (
         torch.arange(key.size(-2), device=mask.device) // block_size
     )  # (S,)
@@ -287,9 +280,8 @@ def _block_sparse(
     out = []
     for row, kept_blocks in enumerate(layout):  # one block of queries at a time
         rows = slice(row * block_size, (row + 1) * block_size)
-        keys = (
-            kept_blocks[block_of_key].nonzero().flatten()
-        )  # the keys of the kept tiles only
+        # the keys of the kept tiles only
+        keys = kept_blocks[block_of_key].nonzero().flatten()
         scores = (
             query[..., rows, :] @ key[..., keys, :].transpose(-2, -1) * scale
         )  # (..., b, kept)
@@ -334,19 +326,15 @@ def axial_attention(
             "query, key and value must share the grid (R, C) in dims -3 and -2: "
             f"query {shape(query)}, key {shape(key)}, value {shape(value)}"
         )
-    check_attention_inputs(
-        query, key, value, None, False
-    )  # on the grids as given
+    # on the grids as given
+    check_attention_inputs(query, key, value, None, False)
     # --8<-- [start:axial]
-    if (
-        axis == "column"
-    ):  # attend along R: make the columns the last-but-one dim
-        query, key, value = (
-            x.transpose(-3, -2) for x in (query, key, value)
-        )  # (..., C, R, E)
-    out = scaled_dot_product_attention(
-        query, key, value
-    )  # each row of the grid is a sequence
+    # attend along R: make the columns the last-but-one dim
+    if axis == "column":
+        # (..., C, R, E)
+        query, key, value = (x.transpose(-3, -2) for x in (query, key, value))
+    # each row of the grid is a sequence
+    out = scaled_dot_product_attention(query, key, value)
     return out.transpose(-3, -2) if axis == "column" else out  # (..., R, C, Ev)
     # --8<-- [end:axial]
 
@@ -362,9 +350,8 @@ def axial_mask(rows: int, cols: int, axis: Literal["row", "column"]) -> Tensor:
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
     check_sizes(0, rows=rows, cols=cols)
     position = torch.arange(rows * cols)
-    line = (
-        position // cols if axis == "row" else position % cols
-    )  # (R C,): the row or column index
+    # (R C,): the row or column index
+    line = position // cols if axis == "row" else position % cols
     return line[:, None] == line[None, :]
 
 
@@ -427,17 +414,15 @@ class PerformerFeatures:
         check_sizes(head_dim=head_dim, num_features=num_features)
         check_bool("orthogonal", orthogonal)
         _check_generator(generator)
-        gaussian = torch.randn(
-            num_features, head_dim, generator=generator
-        )  # (M, E)
+        # (M, E)
+        gaussian = torch.randn(num_features, head_dim, generator=generator)
         if orthogonal:
             blocks = [
                 _random_rotation(head_dim, generator)
                 for _ in range(-(-num_features // head_dim))
             ]
-            directions = torch.cat(blocks)[
-                :num_features
-            ]  # (M, E), orthonormal within a block
+            # (M, E), orthonormal within a block
+            directions = torch.cat(blocks)[:num_features]
             gaussian = directions * gaussian.norm(dim=-1, keepdim=True)
         self.projection = gaussian  # W, (M, E)
 
@@ -465,15 +450,13 @@ class PerformerFeatures:
         # --8<-- [start:favor]
         x = x * x.size(-1) ** -0.25
         projected = x @ self.projection.to(x).T  # W x': (..., N, M)
-        half_squared_norm = (x * x).sum(
-            dim=-1, keepdim=True
-        ) / 2  # |x'|^2 / 2: (..., N, 1)
+        # |x'|^2 / 2: (..., N, 1)
+        half_squared_norm = (x * x).sum(dim=-1, keepdim=True) / 2
         exponent = projected - half_squared_norm  # (..., N, M)
         # a constant factor that cancels (see the class): each query's own, or
         # one per sequence of keys
-        per_sequence = (
-            not query and x.size(-2) > 0
-        )  # with no position, there is nothing to share
+        # with no position, there is nothing to share
+        per_sequence = not query and x.size(-2) > 0
         stabiliser = exponent.amax(
             dim=(-2, -1) if per_sequence else -1, keepdim=True
         )
@@ -486,9 +469,8 @@ class PerformerFeatures:
 def _random_rotation(size: int, generator: torch.Generator | None) -> Tensor:
     """A uniformly random orthogonal matrix: QR of a Gaussian one, with the signs that make it uniform."""
     q, r = torch.linalg.qr(torch.randn(size, size, generator=generator))
-    return q * torch.sign(
-        torch.diagonal(r)
-    )  # (E, E); without the signs, QR's convention biases Q
+    # (E, E); without the signs, QR's convention biases Q
+    return q * torch.sign(torch.diagonal(r))
 
 
 def linear_attention(
@@ -545,15 +527,13 @@ def linear_attention(
 
 def _linear(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
     # --8<-- [start:linear]
-    state = (
-        phi_k.transpose(-2, -1) @ v
-    )  # S = sum_j phi(k_j) v_j^T: (..., M, Ev)
+    # S = sum_j phi(k_j) v_j^T: (..., M, Ev)
+    state = phi_k.transpose(-2, -1) @ v
     normaliser = phi_k.sum(dim=-2)  # z = sum_j phi(k_j): (..., M)
     numerator = phi_q @ state  # (..., L, Ev)
     denominator = phi_q @ normaliser[..., None]  # (..., L, 1)
-    _check_normaliser(
-        denominator
-    )  # positive in exact arithmetic: 0 only by underflow
+    # positive in exact arithmetic: 0 only by underflow
+    _check_normaliser(denominator)
     return numerator / denominator
     # --8<-- [end:linear]
 
@@ -562,32 +542,26 @@ def _causal_linear(
     phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk_size: int
 ) -> Tensor:
     # --8<-- [start:causal-linear]
-    state = phi_k.new_zeros(
-        *phi_k.shape[:-2], phi_k.size(-1), v.size(-1)
-    )  # S_0 = 0: (..., M, Ev)
-    normaliser = phi_k.new_zeros(
-        *phi_k.shape[:-2], phi_k.size(-1), 1
-    )  # z_0 = 0: (..., M, 1)
+    # S_0 = 0: (..., M, Ev)
+    state = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), v.size(-1))
+    # z_0 = 0: (..., M, 1)
+    normaliser = phi_k.new_zeros(*phi_k.shape[:-2], phi_k.size(-1), 1)
     out = []
     for start in range(0, phi_q.size(-2), chunk_size):
         fq, fk, vc = (
             x[..., start : start + chunk_size, :] for x in (phi_q, phi_k, v)
         )
-        within = (
-            fq @ fk.transpose(-2, -1)
-        ).tril()  # pairs j <= i inside the chunk: (..., c, c)
+        # pairs j <= i inside the chunk: (..., c, c)
+        within = (fq @ fk.transpose(-2, -1)).tril()
         numerator = fq @ state + within @ vc  # (..., c, Ev)
-        denominator = fq @ normaliser + within.sum(
-            dim=-1, keepdim=True
-        )  # (..., c, 1)
+        # (..., c, 1)
+        denominator = fq @ normaliser + within.sum(dim=-1, keepdim=True)
         _check_normaliser(denominator)
         out.append(numerator / denominator)
-        state = (
-            state + fk.transpose(-2, -1) @ vc
-        )  # S += sum over the chunk of phi(k_j) v_j^T
-        normaliser = (
-            normaliser + fk.sum(dim=-2)[..., None]
-        )  # z += sum over the chunk of phi(k_j)
+        # S += sum over the chunk of phi(k_j) v_j^T
+        state = state + fk.transpose(-2, -1) @ vc
+        # z += sum over the chunk of phi(k_j)
+        normaliser = normaliser + fk.sum(dim=-2)[..., None]
     return torch.cat(out, dim=-2)  # (..., L, Ev)
     # --8<-- [end:causal-linear]
 
@@ -644,10 +618,8 @@ def _features(
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k = q.to(dtype), k.to(dtype)
     if isinstance(phi, PerformerFeatures):
-        phi_q, phi_k = (
-            phi(q, query=True),
-            phi(k),
-        )  # a query's own stabiliser cancels too
+        # a query's own stabiliser cancels too
+        phi_q, phi_k = (phi(q, query=True), phi(k))
     else:
         phi_q, phi_k = phi(q), phi(k)
     for name, x, features in (("query", q, phi_q), ("key", k, phi_k)):
@@ -679,9 +651,8 @@ def _check_linear_inputs(q: Tensor, k: Tensor, causal: bool) -> None:
 def _check_normaliser(denominator: Tensor) -> None:
     """Raise unless each `phi(q_i)^T z_i` is a normal number: below, underflow has eaten its digits."""
     finfo = torch.finfo(denominator.dtype)
-    lost = (denominator < finfo.tiny) | (
-        denominator == float("inf")
-    )  # NaN passes: NaN in, NaN out
+    # NaN passes: NaN in, NaN out
+    lost = (denominator < finfo.tiny) | (denominator == float("inf"))
     if lost.any():
         raise ValueError(
             f"linear attention: the feature_map's features give a query the normaliser phi(q_i)^T z_i = "

@@ -134,10 +134,8 @@ def block_mask(
     tiles = padded.view(
         B or 1, H or 1, tiles_q, block_size, tiles_k, block_size
     )
-    any_kept, all_kept = (
-        tiles.any(dim=(3, 5)),
-        tiles.all(dim=(3, 5)),
-    )  # (B, H, tiles_q, tiles_k)
+    # (B, H, tiles_q, tiles_k)
+    any_kept, all_kept = (tiles.any(dim=(3, 5)), tiles.all(dim=(3, 5)))
     kinds = torch.where(
         all_kept, FULL, torch.where(any_kept, PARTIAL, EMPTY)
     ).to(torch.int8)
@@ -218,9 +216,8 @@ def flex_attention(
         scores = scores.masked_fill(~keep, -math.inf)
     if score_mod is not None:
         _check_modified(given, scores)
-    weights = safe_softmax(
-        scores
-    )  # (B, H, L, S); zeros for a row that keeps no key
+    # (B, H, L, S); zeros for a row that keeps no key
+    weights = safe_softmax(scores)
     return (weights @ v.to(dtype)).to(q.dtype)  # (B, H, L, D_v)
 
 
@@ -273,9 +270,8 @@ def _kept(
     kinds = mask.kinds.repeat_interleave(size, dim=2).repeat_interleave(
         size, dim=3
     )
-    kinds = kinds[
-        ..., :seqlen_q, :seqlen_k
-    ]  # (B|1, H|1, L, S): the kind of each pair's tile
+    # (B|1, H|1, L, S): the kind of each pair's tile
+    kinds = kinds[..., :seqlen_q, :seqlen_k]
     partial = kinds == PARTIAL
     keep = kinds == FULL
     if partial.any():

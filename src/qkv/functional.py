@@ -77,9 +77,8 @@ def _attention_weights(
         scale = 1 / math.sqrt(query.size(-1))
     attn_mask = mask.as_tensor(query.size(-2), key.size(-2), query.device)
 
-    scores = (
-        query @ key.transpose(-2, -1) * scale
-    )  # (..., L, E) @ (..., E, S) -> (..., L, S)
+    # (..., L, E) @ (..., E, S) -> (..., L, S)
+    scores = query @ key.transpose(-2, -1) * scale
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     elif attn_mask is not None:
@@ -91,12 +90,10 @@ def _attention_weights(
         sink = sinks.to(scores.dtype)[:, None, None].expand(
             *scores.shape[:-1], 1
         )  # (..., H, L, 1)
-        weights = safe_softmax(
-            torch.cat([scores, sink], dim=-1)
-        )  # (..., H, L, S + 1)
-        weights = weights[
-            ..., :-1
-        ]  # the sink's share is dropped: each row sums to less than 1
+        # (..., H, L, S + 1)
+        weights = safe_softmax(torch.cat([scores, sink], dim=-1))
+        # the sink's share is dropped: each row sums to less than 1
+        weights = weights[..., :-1]
         # --8<-- [end:sinks]
     return weights.to(output_dtype)
 

@@ -266,30 +266,26 @@ class Attention(nn.Module):
                 k, positions, base=self.rope_base, scaling=self.rope_scaling
             )
         if cache is not None:
-            k, v = cache.update(
-                k, v
-            )  # cached tokens first: (B, Hkv, S, D), S = past + L
+            # cached tokens first: (B, Hkv, S, D), S = past + L
+            k, v = cache.update(k, v)
         if self.softcap is None:
-            heads = _attention(
-                q, k, v, mask, enable_gqa=True, sinks=self.sinks
-            )  # (B, H, L, D)
+            # (B, H, L, D)
+            heads = _attention(q, k, v, mask, enable_gqa=True, sinks=self.sinks)
         else:
             heads = softcapped_attention(
                 q, k, v, mask, self.softcap, self.sinks
             )  # (B, H, L, D)
         if self.gate_proj is not None:  # each head's features, scaled by (0, 1)
             heads = heads * torch.sigmoid(self._split_heads(self.gate_proj(x)))
-        return self.out_proj(
-            heads.transpose(1, 2).flatten(2)
-        )  # (B, H, L, D) -> (B, L, E)
+        # (B, H, L, D) -> (B, L, E)
+        return self.out_proj(heads.transpose(1, 2).flatten(2))
 
     # --8<-- [end:attention]
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """`(B, L, heads * D) -> (B, heads, L, D)`, for the query heads or the key-value heads."""
-        x = x.unflatten(
-            -1, (-1, self.head_dim)
-        )  # (B, L, heads * D) -> (B, L, heads, D)
+        # (B, L, heads * D) -> (B, L, heads, D)
+        x = x.unflatten(-1, (-1, self.head_dim))
         return x.transpose(1, 2)  # (B, L, heads, D) -> (B, heads, L, D)
 
 
@@ -317,27 +313,22 @@ def softcapped_attention(
     groups = q.size(1) // k.size(1)
     k = k.repeat_interleave(groups, dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
     v = v.repeat_interleave(groups, dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
-    scores = (
-        q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    )  # (B, H, L, D) @ (B, H, D, S) -> (B, H, L, S)
+    # (B, H, L, D) @ (B, H, D, S) -> (B, H, L, S)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     scores = softcap * torch.tanh(scores / softcap)
-    keep = mask.as_tensor(
-        q.size(-2), k.size(-2), q.device
-    )  # bool (L, S), or float with ALiBi's bias
+    # bool (L, S), or float with ALiBi's bias
+    keep = mask.as_tensor(q.size(-2), k.size(-2), q.device)
     if keep.dtype == torch.bool:
         scores = scores.masked_fill(~keep, float("-inf"))
     else:
         scores = scores + keep.to(scores.dtype)
     if sinks is None:
-        return (
-            torch.softmax(scores, dim=-1) @ v
-        )  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
-    sink = sinks.to(scores.dtype)[:, None, None].expand(
-        *scores.shape[:-1], 1
-    )  # (B, H, L, 1)
-    weights = torch.softmax(
-        torch.cat([scores, sink], dim=-1), dim=-1
-    )  # (B, H, L, S + 1)
+        # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
+        return torch.softmax(scores, dim=-1) @ v
+    # (B, H, L, 1)
+    sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)
+    # (B, H, L, S + 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)
     weights = weights[..., :-1]  # the sink's share is dropped
     return weights @ v  # (B, H, L, S) @ (B, H, S, D) -> (B, H, L, D)
 
@@ -477,9 +468,8 @@ class GPT(nn.Module):
             return None
         heads, device = self.config.heads, self.embed.weight.device
         # bottom-right: the L queries are the last L of the S positions, as for the causal mask
-        bias = alibi_bias(
-            heads, length, keys, device, alignment="bottom_right"
-        )  # (H, L, S)
+        # (H, L, S)
+        bias = alibi_bias(heads, length, keys, device, alignment="bottom_right")
         return bias.to(dtype)
 
     def _check(self, ids: object, cache: object) -> int:
@@ -600,25 +590,21 @@ def next_token_probabilities(
     # in float32 at least, and shifted to at most 0: dividing by a tiny
     # temperature cannot overflow
     dtype = torch.promote_types(logits.dtype, torch.float32)
-    shifted = logits.to(dtype) - logits.amax(-1, keepdim=True).to(
-        dtype
-    )  # (..., V)
+    # (..., V)
+    shifted = logits.to(dtype) - logits.amax(-1, keepdim=True).to(dtype)
     # the most probable logit stays 0: 0 / a temperature that rounds to 0 in
     # dtype would be NaN
     divided = torch.where(shifted == 0, 0.0, shifted / temperature)
     probs = torch.softmax(divided, dim=-1)  # (..., V)
     if top_k is not None:
-        kth = probs.topk(min(top_k, probs.size(-1)), dim=-1).values[
-            ..., -1:
-        ]  # (..., 1)
+        # (..., 1)
+        kth = probs.topk(min(top_k, probs.size(-1)), dim=-1).values[..., -1:]
         probs = _renormalised(probs, probs >= kth)
     if top_p is not None:
-        ordered, order = probs.sort(
-            dim=-1, descending=True
-        )  # (..., V), most probable first
-        before = (
-            ordered.cumsum(-1) - ordered
-        )  # the mass of the tokens more probable than each
+        # (..., V), most probable first
+        ordered, order = probs.sort(dim=-1, descending=True)
+        # the mass of the tokens more probable than each
+        before = ordered.cumsum(-1) - ordered
         probs = _renormalised(
             probs, (before < top_p).scatter(-1, order, before < top_p)
         )
@@ -689,9 +675,8 @@ def generate(
     cache = model.new_cache()
     new = ids  # what the model reads next: the prompt, then each new token
     for _ in range(max_new_tokens):
-        logits = model(new, cache)[
-            :, -1
-        ]  # (B, L, V) -> (B, V), the next token's
+        # (B, L, V) -> (B, V), the next token's
+        logits = model(new, cache)[:, -1]
         if temperature == 0:
             new = logits.argmax(-1, keepdim=True)  # (B, 1)
         else:
@@ -854,9 +839,8 @@ def to_transformers(model: GPT) -> LlamaForCausalLM:
             "LlamaForCausalLM has no counterpart for rope_scaling with rope_type 'ntk' (transformers "
             "has 'dynamic', the same rule at a length that grows with the sequence)"
         )
-    if (
-        scaling.get("rope_type") == "dynamic"
-    ):  # transformers reads the original length from the context
+    # transformers reads the original length from the context
+    if scaling.get("rope_type") == "dynamic":
         original = scaling.pop("original_max_position_embeddings")
         if original != config.context:
             raise ValueError(

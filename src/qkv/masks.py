@@ -134,9 +134,8 @@ def parse_mask(
     """
     aligned = _alignment(is_causal, causal_name)
     _check_window(window, aligned, causal_name)
-    if (
-        window is not None
-    ):  # a longer window sees no more keys; the kernels take an int32
+    # a longer window sees no more keys; the kernels take an int32
+    if window is not None:
         window = min(window, scores[-2] + scores[-1])
     if key_lengths is not None:
         _check_key_lengths(key_lengths, scores[0], query.device)
@@ -231,9 +230,8 @@ def _kept_prefix(keep: Tensor, scores: tuple[int, ...]) -> Tensor | None:
     """
     if keep.dtype != torch.bool or len(scores) != 4:
         return None
-    keep = keep.expand(
-        scores[0], scores[-1]
-    )  # (B, S), a dimension of size 1 broadcast
+    # (B, S), a dimension of size 1 broadcast
+    keep = keep.expand(scores[0], scores[-1])
     lengths = keep.sum(-1)  # (B, S) -> (B,)
     prefix = (
         torch.arange(keep.size(-1), device=keep.device) < lengths[:, None]
@@ -369,9 +367,8 @@ def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
             f"max_len {max_len} is shorter than the longest sequence ({longest})"
         )
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
-    return (positions < lengths[:, None])[
-        :, None, None, :
-    ]  # (B, S) -> (B, 1, 1, S)
+    # (B, S) -> (B, 1, 1, S)
+    return (positions < lengths[:, None])[:, None, None, :]
 
 
 def document_mask(
@@ -428,17 +425,15 @@ def document_mask(
             "cu_seqlens_q and cu_seqlens_k disagree on the number of sequences N: "
             f"cu_seqlens_q {shape(cu_seqlens_q)} vs cu_seqlens_k {shape(cu_seqlens_k)}"
         )
-    within = Mask(
-        alignment=aligned, window=window
-    )  # one sequence's mask, as the kernels read it
+    # one sequence's mask, as the kernels read it
+    within = Mask(alignment=aligned, window=window)
     mask = torch.zeros(
         sum(lengths_q), sum(lengths_k), dtype=torch.bool, device=device
     )
     first_q = first_k = 0
     for seqlen_q, seqlen_k in zip(lengths_q, lengths_k, strict=True):
-        block = within.as_tensor(
-            seqlen_q, seqlen_k, device
-        )  # (L_b, S_b), None: keeps every pair
+        # (L_b, S_b), None: keeps every pair
+        block = within.as_tensor(seqlen_q, seqlen_k, device)
         rows, cols = (
             slice(first_q, first_q + seqlen_q),
             slice(first_k, first_k + seqlen_k),

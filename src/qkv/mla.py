@@ -71,12 +71,10 @@ class LatentCache:
         if self.latents is None:
             self.latents, self.rope_keys = latents, rope_keys
         else:
-            self.latents = torch.cat(
-                [self.latents, latents], dim=1
-            )  # (B, T + T_new, latent_dim)
-            self.rope_keys = torch.cat(
-                [self.rope_keys, rope_keys], dim=1
-            )  # (B, T + T_new, rope_dim)
+            # (B, T + T_new, latent_dim)
+            self.latents = torch.cat([self.latents, latents], dim=1)
+            # (B, T + T_new, rope_dim)
+            self.rope_keys = torch.cat([self.rope_keys, rope_keys], dim=1)
         return self.latents, self.rope_keys
 
     def _check(self, latents: object, rope_keys: object) -> None:
@@ -151,19 +149,15 @@ class MultiHeadLatentAttention(nn.Module):
             rope_dim,
             rope_base,
         )
-        self.query = nn.Linear(
-            width, heads * (head_dim + rope_dim), bias=False
-        )  # q_h and qr_h
+        # q_h and qr_h
+        self.query = nn.Linear(width, heads * (head_dim + rope_dim), bias=False)
         self.down = nn.Linear(width, latent_dim, bias=False)  # W_dkv: x -> c
-        self.rope_key = nn.Linear(
-            width, rope_dim, bias=False
-        )  # x -> kr, shared by the heads
-        self.up_key = nn.Linear(
-            latent_dim, heads * head_dim, bias=False
-        )  # W_uk: c -> k_h
-        self.up_value = nn.Linear(
-            latent_dim, heads * head_dim, bias=False
-        )  # W_uv: c -> v_h
+        # x -> kr, shared by the heads
+        self.rope_key = nn.Linear(width, rope_dim, bias=False)
+        # W_uk: c -> k_h
+        self.up_key = nn.Linear(latent_dim, heads * head_dim, bias=False)
+        # W_uv: c -> v_h
+        self.up_value = nn.Linear(latent_dim, heads * head_dim, bias=False)
         self.out = nn.Linear(heads * head_dim, width, bias=False)
 
     @property
@@ -204,17 +198,14 @@ class MultiHeadLatentAttention(nn.Module):
         q_content, q_rope = queries.split(
             [self.head_dim, self.rope_dim], dim=-1
         )
-        q_rope = apply_rope(
-            q_rope, positions, base=self.rope_base
-        )  # (B, H, L, Dr)
+        # (B, H, L, Dr)
+        q_rope = apply_rope(q_rope, positions, base=self.rope_base)
         latents = self.down(x)  # (B, L, C)
-        rope_keys = apply_rope(
-            self.rope_key(x), positions, base=self.rope_base
-        )  # (B, L, Dr)
+        # (B, L, Dr)
+        rope_keys = apply_rope(self.rope_key(x), positions, base=self.rope_base)
         if cache is not None:
-            latents, rope_keys = cache.update(
-                latents, rope_keys
-            )  # (B, S, C), (B, S, Dr)
+            # (B, S, C), (B, S, Dr)
+            latents, rope_keys = cache.update(latents, rope_keys)
         scale = 1 / math.sqrt(self.head_dim + self.rope_dim)
         if absorbed:
             heads_out = self._absorbed(
@@ -224,9 +215,8 @@ class MultiHeadLatentAttention(nn.Module):
             heads_out = self._plain(
                 q_content, q_rope, latents, rope_keys, scale
             )
-        return self.out(
-            heads_out.transpose(1, 2).flatten(2)
-        )  # (B, H, L, D) -> (B, L, H D) -> (B, L, E)
+        # (B, H, L, D) -> (B, L, H D) -> (B, L, E)
+        return self.out(heads_out.transpose(1, 2).flatten(2))
 
     def _check(self, x: object, cache: object, absorbed: object) -> None:
         """Raise unless `x (B, T_new, E)` fits the parameters and `cache`, if any, holds tokens it extends."""
@@ -271,9 +261,8 @@ class MultiHeadLatentAttention(nn.Module):
             .unflatten(-1, (self.heads, -1))
             .transpose(1, 2)
         )
-        shared = rope_keys[:, None].expand(
-            -1, self.heads, -1, -1
-        )  # (B, H, S, Dr)
+        # (B, H, S, Dr)
+        shared = rope_keys[:, None].expand(-1, self.heads, -1, -1)
         query = torch.cat([q_content, q_rope], dim=-1)  # (B, H, L, D + Dr)
         key = torch.cat([keys, shared], dim=-1)  # (B, H, S, D + Dr)
         return attention(
@@ -282,19 +271,15 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _absorbed(self, q_content, q_rope, latents, rope_keys, scale) -> Tensor:
         """Queries moved into the latent space, attention over the latents, `W_uv` applied after: `(B, H, L, D)`."""
-        up_key = self.up_key.weight.view(
-            self.heads, self.head_dim, -1
-        )  # (H, D, C): W_uk[h]
-        up_value = self.up_value.weight.view(
-            self.heads, self.head_dim, -1
-        )  # (H, D, C): W_uv[h]
-        q_latent = (
-            q_content @ up_key
-        )  # (B, H, L, D) @ (H, D, C) -> (B, H, L, C): W_uk[h]^T q_h
+        # (H, D, C): W_uk[h]
+        up_key = self.up_key.weight.view(self.heads, self.head_dim, -1)
+        # (H, D, C): W_uv[h]
+        up_value = self.up_value.weight.view(self.heads, self.head_dim, -1)
+        # (B, H, L, D) @ (H, D, C) -> (B, H, L, C): W_uk[h]^T q_h
+        q_latent = q_content @ up_key
         query = torch.cat([q_latent, q_rope], dim=-1)  # (B, H, L, C + Dr)
-        key = torch.cat([latents, rope_keys], dim=-1)[
-            :, None
-        ]  # (B, 1, S, C + Dr): one shared head
+        # (B, 1, S, C + Dr): one shared head
+        key = torch.cat([latents, rope_keys], dim=-1)[:, None]
         averaged = attention(
             query,
             key,
@@ -303,6 +288,5 @@ class MultiHeadLatentAttention(nn.Module):
             scale=scale,
             enable_gqa=True,
         )  # (B, H, L, C): each head's weighted average of the latents
-        return averaged @ up_value.transpose(
-            -2, -1
-        )  # (B, H, L, C) @ (H, C, D) -> (B, H, L, D)
+        # (B, H, L, C) @ (H, C, D) -> (B, H, L, D)
+        return averaged @ up_value.transpose(-2, -1)

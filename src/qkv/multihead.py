@@ -152,28 +152,22 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
 
         q = self._split_heads(self.q_proj(query))  # (B, L, E) -> (B, H, L, E/H)
-        k = self._split_heads(
-            self.k_proj(key)
-        )  # (B, S, kdim) -> (B, H, S, E/H)
-        v = self._split_heads(
-            self.v_proj(value)
-        )  # (B, S, vdim) -> (B, H, S, E/H)
-        if (
-            cache is not None
-        ):  # the cached keys and values come first: (B, H, S_cached + S, E/H)
+        # (B, S, kdim) -> (B, H, S, E/H)
+        k = self._split_heads(self.k_proj(key))
+        # (B, S, vdim) -> (B, H, S, E/H)
+        v = self._split_heads(self.v_proj(value))
+        # the cached keys and values come first: (B, H, S_cached + S, E/H)
+        if cache is not None:
             k, v = cache.update(k, v)
         if need_weights:
             weights = _attention_weights(q, k, mask)  # (B, H, L, S)
-            heads = (
-                nn.functional.dropout(weights, dropout_p) @ v
-            )  # (B, H, L, E/H)
+            # (B, H, L, E/H)
+            heads = nn.functional.dropout(weights, dropout_p) @ v
         else:
-            heads = _attention(
-                q, k, v, mask, dropout_p, backend
-            )  # (B, H, L, E/H)
-        output = self.out_proj(
-            self._merge_heads(heads)
-        )  # (B, H, L, E/H) -> (B, L, E)
+            # (B, H, L, E/H)
+            heads = _attention(q, k, v, mask, dropout_p, backend)
+        # (B, H, L, E/H) -> (B, L, E)
+        output = self.out_proj(self._merge_heads(heads))
         return (output, weights) if need_weights else output
         # --8<-- [end:forward-body]
 
@@ -183,16 +177,14 @@ class MultiHeadAttention(nn.Module):
     def _split_heads(self, x: Tensor) -> Tensor:
         """`(B, N, E) -> (B, H, N, E/H)`: each head gets its own slice of the
         features."""
-        x = x.unflatten(
-            -1, (self.num_heads, self.head_dim)
-        )  # (B, N, E) -> (B, N, H, E/H)
+        # (B, N, E) -> (B, N, H, E/H)
+        x = x.unflatten(-1, (self.num_heads, self.head_dim))
         return x.transpose(-3, -2)  # (B, N, H, E/H) -> (B, H, N, E/H)
 
     def _merge_heads(self, x: Tensor) -> Tensor:
         """`(B, H, N, E/H) -> (B, N, E)`: the heads' outputs side by side."""
-        return x.transpose(-3, -2).flatten(
-            -2
-        )  # (B, H, N, E/H) -> (B, N, H, E/H) -> (B, N, E)
+        # (B, H, N, E/H) -> (B, N, H, E/H) -> (B, N, E)
+        return x.transpose(-3, -2).flatten(-2)
 
     # --8<-- [end:heads]
 
@@ -301,9 +293,8 @@ class MultiHeadAttention(nn.Module):
             and attn_mask.size(0) == scores[0] * scores[1]
         ):
             name = f"attn_mask {shape(attn_mask)}, one per head,"
-            attn_mask = attn_mask.unflatten(
-                0, scores[:2]
-            )  # (B*H, L, S) -> (B, H, L, S)
+            # (B*H, L, S) -> (B, H, L, S)
+            attn_mask = attn_mask.unflatten(0, scores[:2])
         if attn_mask.dim() not in (2, len(scores)):
             forms = (
                 "(L, S), (B*H, L, S) or (B, H, L, S)"

@@ -73,14 +73,12 @@ def paged_attention(
     pages, heads_kv = key_pages.shape[:2]
     lengths = lengths.long()  # uint8 lengths would wrap below 0
     block_tables = block_tables.long()  # a uint8 table would index as a mask
-    block_tables = block_tables.clamp(
-        0, pages - 1
-    )  # entries past a sequence's pages: never kept
+    # entries past a sequence's pages: never kept
+    block_tables = block_tables.clamp(0, pages - 1)
     keys = key_pages[block_tables]  # (B, max_pages, H_kv, page, D)
     values = value_pages[block_tables]  # (B, max_pages, H_kv, page, Dv)
-    keys = keys.transpose(1, 2).flatten(
-        2, 3
-    )  # (B, H_kv, S, D), S = max_pages * page
+    # (B, H_kv, S, D), S = max_pages * page
+    keys = keys.transpose(1, 2).flatten(2, 3)
     values = values.transpose(1, 2).flatten(2, 3)  # (B, H_kv, S, Dv)
     # slots past a sequence's length hold anything (a pool made by torch.empty): zeros, so no NaN is summed
     positions = torch.arange(keys.size(2), device=query.device)  # (S,)
@@ -252,9 +250,8 @@ class PagedKVCache:
             length % self.page_size != 0 and self.references[table[-1]] > 1
         )
         free = self._free_pages(needed + shared_tail)
-        if (
-            shared_tail
-        ):  # copy on write: this sequence gets its own copy of the last page
+        # copy on write: this sequence gets its own copy of the last page
+        if shared_tail:
             copy, free = free[0], free[1:]
             self.key_pages[copy] = self.key_pages[table[-1]]
             self.value_pages[copy] = self.value_pages[table[-1]]
@@ -264,13 +261,11 @@ class PagedKVCache:
         for page in free:
             self.references[page] = 1
             table.append(page)
-        slots = torch.arange(
-            length, length + new
-        )  # (T_new,): the tokens' positions
+        # (T_new,): the tokens' positions
+        slots = torch.arange(length, length + new)
         pages = torch.tensor(table)[slots // self.page_size]  # (T_new,)
-        self.key_pages[pages, :, slots % self.page_size] = key.transpose(
-            0, 1
-        )  # (T_new, H_kv, D)
+        # (T_new, H_kv, D)
+        self.key_pages[pages, :, slots % self.page_size] = key.transpose(0, 1)
         self.value_pages[pages, :, slots % self.page_size] = value.transpose(
             0, 1
         )
@@ -447,10 +442,8 @@ def _check_paged_inputs(
             f"block_tables must be (B, max_pages) and lengths (B,) with B = {batch}: "
             f"block_tables {shape(block_tables)}, lengths {shape(lengths)}"
         )
-    block_tables, lengths = (
-        block_tables.long(),
-        lengths.long(),
-    )  # uint8 would wrap or index as a mask
+    # uint8 would wrap or index as a mask
+    block_tables, lengths = (block_tables.long(), lengths.long())
     capacity = block_tables.size(1) * page_size
     if ((lengths < seqlen_q) | (lengths > capacity)).any():
         raise ValueError(

@@ -50,12 +50,10 @@ def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> Tensor:
         raise ValueError(
             f"dim must be even (sin and cos come in pairs), got {dim}"
         )
-    frequencies, _ = rope_frequencies(
-        dim, base=base
-    )  # (dim/2,): base**(-2i/dim)
-    angles = (
-        torch.arange(n, dtype=torch.float64)[:, None] * frequencies
-    )  # (n, dim/2)
+    # (dim/2,): base**(-2i/dim)
+    frequencies, _ = rope_frequencies(dim, base=base)
+    # (n, dim/2)
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * frequencies
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (n, dim/2, 2)
     return table.flatten(-2).float()  # (n, dim): sin, cos, sin, cos, ...
 
@@ -119,9 +117,8 @@ def apply_rope(
         dim, base=base, scaling=scaling, seq_len=seq_len
     )
     dtype = torch.promote_types(x.dtype, torch.float32)
-    angles = positions.to(torch.float64)[:, None] * frequencies.to(
-        x.device
-    )  # (N, D/2)
+    # (N, D/2)
+    angles = positions.to(torch.float64)[:, None] * frequencies.to(x.device)
     cos, sin = (
         (factor * angles.cos()).to(dtype),
         (factor * angles.sin()).to(dtype),
@@ -139,9 +136,8 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
         x1, x2 = x.chunk(2, dim=-1)  # (..., N, D/2) each
     turned = (x1 * cos - x2 * sin, x1 * sin + x2 * cos)
     if interleaved:
-        return torch.stack(turned, dim=-1).flatten(
-            -2
-        )  # (..., N, D/2, 2) -> (..., N, D)
+        # (..., N, D/2, 2) -> (..., N, D)
+        return torch.stack(turned, dim=-1).flatten(-2)
     return torch.cat(turned, dim=-1)  # (..., N, D)
 
 
@@ -245,6 +241,5 @@ def alibi_bias(
         q_len, k_len, alignment
     )
     key_pos = torch.arange(k_len, device=device)[None, :]
-    return slopes[:, None, None] * (
-        key_pos - query_pos
-    )  # (H, L, S); -slope * distance, no -0.0
+    # (H, L, S); -slope * distance, no -0.0
+    return slopes[:, None, None] * (key_pos - query_pos)

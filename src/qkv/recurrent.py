@@ -89,16 +89,13 @@ def gated_delta_rule(
     )
     output_dtype, dtype = q.dtype, torch.promote_types(q.dtype, torch.float32)
     if scale is None:
-        scale = (
-            1 / math.sqrt(key_dim) if key_dim else 1.0
-        )  # Dk = 0: every read is an empty sum
+        # Dk = 0: every read is an empty sum
+        scale = 1 / math.sqrt(key_dim) if key_dim else 1.0
     groups = value_heads // heads
-    q = (q.to(dtype) * scale).repeat_interleave(
-        groups, dim=1
-    )  # (B, H, N, Dk) -> (B, Hv, N, Dk)
-    k = k.to(dtype).repeat_interleave(
-        groups, dim=1
-    )  # (B, H, N, Dk) -> (B, Hv, N, Dk)
+    # (B, H, N, Dk) -> (B, Hv, N, Dk)
+    q = (q.to(dtype) * scale).repeat_interleave(groups, dim=1)
+    # (B, H, N, Dk) -> (B, Hv, N, Dk)
+    k = k.to(dtype).repeat_interleave(groups, dim=1)
     v, g, beta = v.to(dtype), g.to(dtype), beta.to(dtype)
     if initial_state is None:
         state = q.new_zeros(batch, value_heads, key_dim, value_dim)
@@ -119,28 +116,21 @@ def _recurrent(
     # --8<-- [start:recurrent]
     outs = []
     for t in range(q.size(-2)):
-        q_t, k_t, v_t = (
-            q[..., t, :],
-            k[..., t, :],
-            v[..., t, :],
-        )  # (B, Hv, Dk), v_t (B, Hv, Dv)
+        # (B, Hv, Dk), v_t (B, Hv, Dv)
+        q_t, k_t, v_t = (q[..., t, :], k[..., t, :], v[..., t, :])
         decay_t = g[..., t, None, None].exp()  # exp(g_t), (B, Hv, 1, 1)
         beta_t = beta[..., t, None]  # (B, Hv, 1)
         state = decay_t * state  # S' = exp(g_t) S_{t-1}: forget a little
-        recalled = torch.einsum(
-            "...k,...kv->...v", k_t, state
-        )  # S'^T k_t: what S' holds for k_t
+        # S'^T k_t: what S' holds for k_t
+        recalled = torch.einsum("...k,...kv->...v", k_t, state)
         error = beta_t * (v_t - recalled)  # write the error, not the value
-        state = state + torch.einsum(
-            "...k,...v->...kv", k_t, error
-        )  # S_t = S' + k_t error^T
-        outs.append(
-            torch.einsum("...k,...kv->...v", q_t, state)
-        )  # o_t = S_t^T q_t
+        # S_t = S' + k_t error^T
+        state = state + torch.einsum("...k,...v->...kv", k_t, error)
+        # o_t = S_t^T q_t
+        outs.append(torch.einsum("...k,...kv->...v", q_t, state))
     # --8<-- [end:recurrent]
-    out = (
-        torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)
-    )  # (B, Hv, N, Dv)
+    # (B, Hv, N, Dv)
+    out = torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)
     return out, state
 
 
@@ -178,21 +168,17 @@ def _chunked(
     earlier_or_same = torch.ones(
         chunk_size, chunk_size, dtype=torch.bool, device=q.device
     ).tril()
-    gamma = g.cumsum(
-        dim=-1
-    )  # log decay from the chunk's start to token i, (B, Hv, chunks, C)
-    gaps = (
-        gamma[..., :, None] - gamma[..., None, :]
-    )  # gamma_i - gamma_j, (B, Hv, chunks, C, C)
-    decays = gaps.masked_fill(
-        ~earlier_or_same, -math.inf
-    ).exp()  # D_ij, 0 above the diagonal
+    # log decay from the chunk's start to token i, (B, Hv, chunks, C)
+    gamma = g.cumsum(dim=-1)
+    # gamma_i - gamma_j, (B, Hv, chunks, C, C)
+    gaps = gamma[..., :, None] - gamma[..., None, :]
+    # D_ij, 0 above the diagonal
+    decays = gaps.masked_fill(~earlier_or_same, -math.inf).exp()
 
     # the writes of a chunk at once (the UT transform):
     # (I + A) U = beta V - beta exp(gamma) K S_0
-    a = (beta[..., None] * (k @ k.transpose(-2, -1)) * decays).tril(
-        -1
-    )  # A_ij, j < i, (.., C, C)
+    # A_ij, j < i, (.., C, C)
+    a = (beta[..., None] * (k @ k.transpose(-2, -1)) * decays).tril(-1)
     eye = torch.eye(chunk_size, dtype=q.dtype, device=q.device)
     system = eye + a  # I + A: unit lower triangular
     right = torch.cat(
@@ -207,26 +193,21 @@ def _chunked(
     written_if_empty, correcting = solved.split(
         [v.size(-1), k.size(-1)], dim=-1
     )
-    within = (
-        q @ k.transpose(-2, -1)
-    ) * decays  # (Q K^T * D), (B, Hv, chunks, C, C)
+    # (Q K^T * D), (B, Hv, chunks, C, C)
+    within = (q @ k.transpose(-2, -1)) * decays
 
     outs = []
     for c in range(chunks):  # the recurrence across chunks
-        u = (
-            written_if_empty[:, :, c] - correcting[:, :, c] @ state
-        )  # the errors, (B, Hv, C, Dv)
-        read = (
-            gamma[:, :, c].exp()[..., None] * q[:, :, c]
-        ) @ state  # from S_0, (B, Hv, C, Dv)
+        # the errors, (B, Hv, C, Dv)
+        u = written_if_empty[:, :, c] - correcting[:, :, c] @ state
+        # from S_0, (B, Hv, C, Dv)
+        read = (gamma[:, :, c].exp()[..., None] * q[:, :, c]) @ state
         outs.append(read + within[:, :, c] @ u)  # (B, Hv, C, Dv)
         last = gamma[:, :, c, -1:]  # gamma_C, (B, Hv, 1)
-        keys = (last - gamma[:, :, c]).exp()[..., None] * k[
-            :, :, c
-        ]  # exp(gamma_C - gamma) K
-        state = (
-            last.exp()[..., None] * state + keys.transpose(-2, -1) @ u
-        )  # (B, Hv, Dk, Dv)
+        # exp(gamma_C - gamma) K
+        keys = (last - gamma[:, :, c]).exp()[..., None] * k[:, :, c]
+        # (B, Hv, Dk, Dv)
+        state = last.exp()[..., None] * state + keys.transpose(-2, -1) @ u
     # --8<-- [end:chunked]
     out = torch.stack(outs, dim=2) if outs else v  # (B, Hv, chunks, C, Dv)
     return out.flatten(2, 3)[:, :, :length], state  # (B, Hv, N, Dv)

@@ -109,9 +109,8 @@ def rope_frequencies(
     rule, params = _parse(scaling, head_dim)
     if seq_len is not None:
         check_sizes(seq_len=seq_len)
-    exponents = (
-        torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
-    )  # (D/2,): 2i/D
+    # (D/2,): 2i/D
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
     plain = base**-exponents
     if rule == "default":
         return plain, 1.0
@@ -123,9 +122,8 @@ def rope_frequencies(
     original = params["original_max_position_embeddings"]
     if rule == "dynamic":
         length = max(seq_len or original, original)
-        growth = factor * length / original - (
-            factor - 1
-        )  # 1 at the original length
+        # 1 at the original length
+        growth = factor * length / original - (factor - 1)
         return _stretched_base(base, growth, head_dim) ** -exponents, 1.0
     if rule == "yarn":
         return _yarn(plain, base, head_dim, original, params)
@@ -161,9 +159,8 @@ def _yarn(
     if low == high:
         high += 0.001  # a ramp of zero width would divide by zero
     pairs = torch.arange(head_dim // 2, dtype=torch.float64)
-    interpolated = ((pairs - low) / (high - low)).clamp(
-        0, 1
-    )  # 0: keep the pair, 1: interpolate it
+    # 0: keep the pair, 1: interpolate it
+    interpolated = ((pairs - low) / (high - low)).clamp(0, 1)
     inv_freq = plain * (1 - interpolated) + plain / factor * interpolated
 
     attention_factor = params["attention_factor"]
@@ -190,14 +187,12 @@ def _llama3(plain: Tensor, original: int, params: dict) -> tuple[Tensor, float]:
         params["low_freq_factor"],
         params["high_freq_factor"],
     )
-    wavelength = (
-        2 * math.pi / plain
-    )  # (D/2,): positions per full turn of each pair
+    # (D/2,): positions per full turn of each pair
+    wavelength = 2 * math.pi / plain
     kept = plain  # wavelength below original / high
     interpolated = plain / factor  # wavelength above original / low
-    blend = (original / wavelength - low) / (
-        high - low
-    )  # 1 at original / high, 0 at original / low
+    # 1 at original / high, 0 at original / low
+    blend = (original / wavelength - low) / (high - low)
     between = (1 - blend) * interpolated + blend * kept
     inv_freq = torch.where(wavelength > original / low, interpolated, between)
     return torch.where(wavelength < original / high, kept, inv_freq), 1.0

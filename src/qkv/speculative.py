@@ -134,9 +134,8 @@ def speculative_generate(
         # --8<-- [start:round]
         draft_probs = []  # (V,) per guess: the distribution each guess was drawn from
         for _ in range(guesses):
-            logits = _advance(
-                draft, draft_cache, tokens
-            )  # the next token's, (V,)
+            # the next token's, (V,)
+            logits = _advance(draft, draft_cache, tokens)
             probs = _distribution(logits, sampling)
             tokens.append(_draw(probs, temperature, generator))
             draft_probs.append(probs)
@@ -161,14 +160,12 @@ def speculative_generate(
         else:  # all kept: the target's last distribution gives one more token
             tokens.append(_draw(target_probs[-1], temperature, generator))
         # --8<-- [end:round]
-        seen = (
-            len(tokens) - 1
-        )  # each cache may keep the tokens before the newest, no more
+        # each cache may keep the tokens before the newest, no more
+        seen = len(tokens) - 1
         for cache in (*target_cache, *draft_cache):
             cache.crop(min(len(cache), seen))
-    out = torch.tensor(tokens[:end], device=ids.device, dtype=ids.dtype)[
-        None
-    ]  # (1, L + new)
+    # (1, L + new)
+    out = torch.tensor(tokens[:end], device=ids.device, dtype=ids.dtype)[None]
     return out, SpeculativeStats(forwards, drafted, accepted)
 
 

@@ -72,16 +72,13 @@ def indexer_scores(
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k, weights = q.to(dtype), k.to(dtype), weights.to(dtype)
     if scale is None:
-        scale = (
-            1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0
-        )  # D = 0: every product is 0
+        # D = 0: every product is 0
+        scale = 1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0
     # --8<-- [start:indexer]
-    per_head = torch.relu(
-        q @ k.unsqueeze(1).transpose(-2, -1) * scale
-    )  # (B, H, L, S)
-    scores = torch.einsum(
-        "blh,bhls->bls", weights, per_head
-    )  # sum over heads, (B, L, S)
+    # (B, H, L, S)
+    per_head = torch.relu(q @ k.unsqueeze(1).transpose(-2, -1) * scale)
+    # sum over heads, (B, L, S)
+    scores = torch.einsum("blh,bhls->bls", weights, per_head)
     # --8<-- [end:indexer]
     if mask is not None:
         scores = scores.masked_fill(~mask, -math.inf)
@@ -109,13 +106,11 @@ def topk_indices(scores: Tensor, top_k: int) -> Tensor:
     kept = min(top_k, scores.size(-1))
     # --8<-- [start:topk]
     best, indices = scores.topk(kept, dim=-1)  # (..., L, kept), best first
-    indices = indices.masked_fill(
-        best == -math.inf, NO_KEY
-    )  # a masked key is no key
+    # a masked key is no key
+    indices = indices.masked_fill(best == -math.inf, NO_KEY)
     # --8<-- [end:topk]
-    short = indices.new_full(
-        (*indices.shape[:-1], top_k - kept), NO_KEY
-    )  # S < top_k
+    # S < top_k
+    short = indices.new_full((*indices.shape[:-1], top_k - kept), NO_KEY)
     return torch.cat([indices, short], dim=-1)
 
 
@@ -139,9 +134,8 @@ def topk_mask(indices: Tensor, num_keys: int) -> Tensor:
     mask = torch.zeros(
         batch, length, num_keys + 1, dtype=torch.bool, device=indices.device
     )
-    columns = indices.long().masked_fill(
-        indices == NO_KEY, num_keys
-    )  # no key: the spare column S
+    # no key: the spare column S
+    columns = indices.long().masked_fill(indices == NO_KEY, num_keys)
     mask = mask.scatter(-1, columns, True)  # (B, L, S + 1)
     return mask[..., :num_keys].unsqueeze(1)  # (B, L, S) -> (B, 1, L, S)
 
@@ -189,29 +183,24 @@ def topk_attention(
         return q.new_zeros(*q.shape[:-1], v.size(-1))
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     if scale is None:
-        scale = (
-            1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0
-        )  # E = 0: every score is 0
+        # E = 0: every score is 0
+        scale = 1 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0
     batch = torch.arange(q.size(0), device=q.device)[:, None, None]  # (B, 1, 1)
     groups = q.size(1) // k.size(1)
     # --8<-- [start:topk-attention]
-    chosen = indices.long().clamp(
-        min=0
-    )  # an empty slot reads key 0, masked below
-    keys = k[batch, :, chosen].permute(
-        0, 3, 1, 2, 4
-    )  # (B, L, K, Hk, E) -> (B, Hk, L, K, E)
+    # an empty slot reads key 0, masked below
+    chosen = indices.long().clamp(min=0)
+    # (B, L, K, Hk, E) -> (B, Hk, L, K, E)
+    keys = k[batch, :, chosen].permute(0, 3, 1, 2, 4)
     values = v[batch, :, chosen].permute(0, 3, 1, 2, 4)  # (B, Hk, L, K, Ev)
     q = q.unflatten(1, (-1, groups))  # (B, H, L, E) -> (B, Hk, H/Hk, L, E)
 
-    scores = (
-        torch.einsum("bhgle,bhlke->bhglk", q, keys) * scale
-    )  # (B, Hk, H/Hk, L, K)
+    # (B, Hk, H/Hk, L, K)
+    scores = torch.einsum("bhgle,bhlke->bhglk", q, keys) * scale
     scores = scores.masked_fill(indices[:, None, None] == NO_KEY, -math.inf)
     weights = safe_softmax(scores)  # zeros for a query with no key
-    out = torch.einsum(
-        "bhglk,bhlkv->bhglv", weights, values
-    )  # (B, Hk, H/Hk, L, Ev)
+    # (B, Hk, H/Hk, L, Ev)
+    out = torch.einsum("bhglk,bhlkv->bhglv", weights, values)
     # --8<-- [end:topk-attention]
     return out.flatten(1, 2).to(output_dtype)  # (B, H, L, Ev)
 

@@ -44,18 +44,14 @@ class Call:
     value: object = None
     error: BaseException | None = None
     warned: list[str] = dataclasses.field(default_factory=list)
-    changed: list[str] = dataclasses.field(
-        default_factory=list
-    )  # inputs it changed in place
-    largest: tuple[int, tuple[int, ...]] = (
-        0,
-        (),
-    )  # numel and shape of the largest tensor it made
+    # inputs it changed in place
+    changed: list[str] = dataclasses.field(default_factory=list)
+    # numel and shape of the largest tensor it made
+    largest: tuple[int, tuple[int, ...]] = (0, ())
     seconds: float = 0.0
     calls: int = 0  # torch functions and methods it called
-    slips: set[str] = dataclasses.field(
-        default_factory=set
-    )  # "T", "softmax dim"
+    # "T", "softmax dim"
+    slips: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def over_budget(self) -> bool:
@@ -77,9 +73,8 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
     watch = _Watch()
     start, running = time.monotonic(), [True]
     warn_always = torch.is_warn_always_enabled()
-    torch.set_warn_always(
-        True
-    )  # torch's warn-once warnings, every time: each call is seen alone
+    # torch's warn-once warnings, every time: each call is seen alone
+    torch.set_warn_always(True)
     with (
         warnings.catch_warnings(record=True) as caught,
         _budget(what, start, running),
@@ -88,11 +83,8 @@ def call(fn: Callable[..., object], case: Case, what: str) -> Call:
         try:
             with watch:
                 result.value = fn(*args)
-        except (
-            Exception,
-            SystemExit,
-            OverBudget,
-        ) as error:  # KeyboardInterrupt still interrupts
+        # KeyboardInterrupt still interrupts
+        except (Exception, SystemExit, OverBudget) as error:
             result.error = error
         finally:
             running[0] = False
@@ -155,9 +147,8 @@ class _Watch(TorchFunctionMode):
             for t in made
             if isinstance(t, Tensor) and t._base is None
         ]
-        if (
-            func is F.scaled_dot_product_attention
-        ):  # fused: its (..., L, S) scores are inside
+        # fused: its (..., L, S) scores are inside
+        if func is F.scaled_dot_product_attention:
             key = (kwargs or {}).get("key", args[1] if len(args) > 1 else None)
             shapes += (
                 [(*out.shape[:-1], key.size(-2))]

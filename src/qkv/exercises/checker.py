@@ -28,10 +28,8 @@ from qkv.exercises.observe import observe
 
 SEED = 1706  # every case of every exercise comes from this seed: a reader and CI see the same ones
 WIDTH = 78  # characters a line may take: a notebook, and a phone held upright
-TOLERANCE = {
-    torch.float64: (1e-5, 1e-6),
-    torch.float32: (1e-4, 1e-5),
-}  # (rtol, atol)
+# (rtol, atol)
+TOLERANCE = {torch.float64: (1e-5, 1e-6), torch.float32: (1e-4, 1e-5)}
 NBSP = "\u00a0"  # holds a shape together while a line is wrapped
 GLUED = r"\((?:[^()]|\([^()]*\))*\)|\[[^\[\]]*\]|all float\d+"  # (...), one level deep; [...]
 GRID = (8, 12)  # the largest boolean result drawn as a 0/1 grid: rows, columns
@@ -107,9 +105,8 @@ def check(name: str, fn: Callable[..., object]) -> Result:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with torch.random.fork_rng(
-            devices=[]
-        ):  # the reader's function may draw from it: undone
+        # the reader's function may draw from it: undone
+        with torch.random.fork_rng(devices=[]):
             result = _run(exercise, fn)
     finally:
         torch.set_num_threads(threads)
@@ -134,9 +131,8 @@ def _exercise(name: object) -> Exercise:
 
 
 def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
-    device = (
-        torch.get_default_device()
-    )  # the reader's: their function's new tensors go there
+    # the reader's: their function's new tensors go there
+    device = torch.get_default_device()
     with (
         contextlib.nullcontext()
         if device.type == "cpu"
@@ -165,9 +161,8 @@ def _run(exercise: Exercise, fn: Callable[..., object]) -> Result:
             return Result(
                 exercise.name, "passed", len(cases), len(cases), message
             )
-        for later in range(
-            index + 1, len(cases)
-        ):  # to confirm a hint on more than one case
+        # to confirm a hint on more than one case
+        for later in range(index + 1, len(cases)):
             if made[-1].over_budget:
                 break
             made.append(_call(fn, cases, later, device))

@@ -49,9 +49,8 @@ class Exercise:
 
     name: str
     signature: str  # how `check` calls the reader's function
-    outputs: tuple[
-        str, ...
-    ]  # the names of what it returns: one tensor, or a tuple of them
+    # the names of what it returns: one tensor, or a tuple of them
+    outputs: tuple[str, ...]
     reference: Callable[..., object]
     cases: Callable[[torch.Generator], list[Case]]
     mistakes: tuple[Mistake, ...]

@@ -155,9 +155,8 @@ def online(
     """
     scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
     S = k.size(-2)
-    m = torch.full(
-        q.shape[:-1], start_max, dtype=q.dtype
-    )  # running max (..., L)
+    # running max (..., L)
+    m = torch.full(q.shape[:-1], start_max, dtype=q.dtype)
     total = torch.zeros(q.shape[:-1], dtype=q.dtype)  # running sum (..., L)
     acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)  # (..., L, Dv)
     stop = {
@@ -183,9 +182,8 @@ def online(
         )
         p = torch.exp(scores - m_new[..., None])  # (..., L, n)
         total = (total * alpha if rescale[0] else total) + p.sum(-1)
-        acc = (
-            acc * alpha[..., None] if rescale[1] else acc
-        ) + p @ v_block  # (..., L, Dv)
+        # (..., L, Dv)
+        acc = (acc * alpha[..., None] if rescale[1] else acc) + p @ v_block
         m = m_new
     return acc / total[..., None] if divide else acc
 
@@ -302,9 +300,8 @@ def linear_cases(gen: torch.Generator) -> list[Case]:
         Case(label, attention_inputs(gen, *shape))
         for label, *shape in attention_shapes()
     ]
-    watched = attention_inputs(
-        gen, (2,), 12, 16, 2, 3
-    )  # scores (2, 12, 16) outnumber the inputs
+    # scores (2, 12, 16) outnumber the inputs
+    watched = attention_inputs(gen, (2,), 12, 16, 2, 3)
     return [
         *cases,
         Case(
@@ -386,9 +383,8 @@ def partials_cases(gen: torch.Generator) -> list[Case]:
 
     empty = partials((4, 3))
     empty["out_a"][1:3] = 0.0
-    empty["lse_a"][
-        1:3
-    ] = -math.inf  # queries 1 and 2 saw no key in block a (a causal ring)
+    # queries 1 and 2 saw no key in block a (a causal ring)
+    empty["lse_a"][1:3] = -math.inf
     return [
         Case("small", partials((3, 4))),
         Case("length 1", partials((1, 2))),

@@ -119,12 +119,10 @@ ATTENTION = Exercise(
 
 def softmax_cases(gen: torch.Generator) -> list[Case]:
     masked = normal(gen, 3, 5)
-    masked[
-        [0, 1, 1, 2], [1, 0, 4, 2]
-    ] = -math.inf  # masked scores, no row wholly masked
-    offsets = torch.tensor(
-        [[1e4], [-1e4], [0.0]]
-    )  # rows far apart: one max for all would fail
+    # masked scores, no row wholly masked
+    masked[[0, 1, 1, 2], [1, 0, 4, 2]] = -math.inf
+    # rows far apart: one max for all would fail
+    offsets = torch.tensor([[1e4], [-1e4], [0.0]])
     large = integers(gen, 3, 6, low=-8, high=8, dtype=torch.float64) + offsets
     large[2, :2] = torch.tensor([1e4, -1e4])  # one row spread from -1e4 to 1e4
     return [
@@ -393,9 +391,8 @@ def bahdanau(
     """`v . combine(W q, U k)` as readers write it, with their mistakes' knobs."""
     q = query @ (W if transpose_w else W.T)  # (B, L, A)
     k = keys @ (U if transpose_u else U.T)  # (B, S, A)
-    return (
-        combine(q[:, :, None, :], k[:, None, :, :]) @ v
-    )  # (B, L, S, A) @ (A,) -> (B, L, S)
+    # (B, L, S, A) @ (A,) -> (B, L, S)
+    return combine(q[:, :, None, :], k[:, None, :, :]) @ v
 
 
 def additive_cases(gen: torch.Generator) -> list[Case]:

@@ -64,9 +64,8 @@ def merge_heads_cases(gen: torch.Generator) -> list[Case]:
 def channels_strided(x: Tensor, num_heads: int) -> Tensor:
     """Head h takes channels h, h + H, h + 2H, ...: the split through (B, N, D/H, H)."""
     B, N, D = x.shape
-    return x.reshape(B, N, D // num_heads, num_heads).permute(
-        0, 3, 1, 2
-    )  # (B, H, N, D/H)
+    # (B, H, N, D/H)
+    return x.reshape(B, N, D // num_heads, num_heads).permute(0, 3, 1, 2)
 
 
 SPLIT_HEADS = Exercise(
@@ -186,9 +185,8 @@ def turned(
         if exponents is None
         else exponents
     )
-    angles = positions[:, None].to(dtype) * (base**exponents).to(
-        dtype
-    )  # (N, D/2)
+    # (N, D/2)
+    angles = positions[:, None].to(dtype) * (base**exponents).to(dtype)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if swap:
         cos, sin = sin, cos

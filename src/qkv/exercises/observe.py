@@ -169,9 +169,8 @@ def _permuted(got: Tensor, expected: Tensor, close) -> str | None:
 def _shifted(got: Tensor, expected: Tensor, close) -> str | None:
     for axis in range(-1, -got.dim() - 1, -1):
         n = got.size(axis)
-        longest = min(
-            MAX_SHIFT, n // 2
-        )  # the moved part overlaps half the axis at least
+        # the moved part overlaps half the axis at least
+        longest = min(MAX_SHIFT, n // 2)
         for step in (s for k in range(1, longest + 1) for s in (k, -k)):
             mine = got.narrow(axis, max(step, 0), n - abs(step))
             theirs = expected.narrow(axis, max(-step, 0), n - abs(step))

@@ -24,9 +24,8 @@ def gather_cases(gen: torch.Generator) -> list[Case]:
     ]
     cases = []
     for label, P, H, page_size, D, n, length, dtype in rows:
-        table = torch.randperm(P, generator=gen)[
-            :n
-        ]  # (n,): any pages of the pool, in any order
+        # (n,): any pages of the pool, in any order
+        table = torch.randperm(P, generator=gen)[:n]
         pages = normal(gen, P, H, page_size, D, dtype=dtype)
         cases.append(
             Case(
@@ -44,19 +43,16 @@ def gathered(
     if order == "pool":
         chosen = pages[:n]  # the pool's first pages
     elif order == "sorted":
-        chosen = pages[
-            block_table.sort().values
-        ]  # the table's pages, in the pool's order
+        # the table's pages, in the pool's order
+        chosen = pages[block_table.sort().values]
     else:
         chosen = pages[block_table]  # (n, H, page_size, D)
     if not heads_first:
-        tokens = chosen.reshape(
-            pages.size(1), -1, pages.size(-1)
-        )  # heads and pages mixed
+        # heads and pages mixed
+        tokens = chosen.reshape(pages.size(1), -1, pages.size(-1))
     elif order == "slots first":
-        tokens = chosen.permute(1, 2, 0, 3).flatten(
-            1, 2
-        )  # (H, page_size * n, D), interleaved
+        # (H, page_size * n, D), interleaved
+        tokens = chosen.permute(1, 2, 0, 3).flatten(1, 2)
     else:
         tokens = chosen.transpose(0, 1).flatten(1, 2)  # (H, n * page_size, D)
     return tokens[:, :length] if cut else tokens

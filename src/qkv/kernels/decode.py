@@ -113,9 +113,8 @@ def _key_rows(
     else:
         page = sequence
         slot = cols
-    return (
-        page.to(tl.int64) * heads_kv + kv_head
-    ) * page_size + slot  # int64: pools past 2**31 elements
+    # int64: pools past 2**31 elements
+    return (page.to(tl.int64) * heads_kv + kv_head) * page_size + slot
 
 
 @triton.jit
@@ -157,9 +156,8 @@ def _attend_to_keys(
             )  # fmt: skip
             k = _load_keys(K, key_rows, cols, kv_len, HEAD_DIM, MASKED)
             v = _load_keys(V, key_rows, cols, kv_len, HEAD_DIM, MASKED)
-        scores = (
-            tl.dot(q, tl.trans(k)) * qk_scale
-        )  # (BLOCK_M, BLOCK_N), in log2 units
+        # (BLOCK_M, BLOCK_N), in log2 units
+        scores = tl.dot(q, tl.trans(k)) * qk_scale
         if MASKED:  # query at position p sees keys j <= p (and so none at or past kv_len)
             scores = tl.where(
                 cols[None, :] <= positions[:, None], scores, float("-inf")
@@ -201,9 +199,8 @@ def _query_rows(seqlen_q, heads_kv, group, BLOCK_M: tl.constexpr):
     `first` (the program's first row `r` of the head's, query `r % L` of head `kv_head * group + r //
     L`) and `group_rows`, the head's `group * L` rows.
     """
-    group_rows = (
-        group * seqlen_q
-    )  # the queries of one key/value head: group heads x L tokens
+    # the queries of one key/value head: group heads x L tokens
+    group_rows = group * seqlen_q
     row_blocks = tl.cdiv(group_rows, BLOCK_M)
     kv_head = tl.program_id(1) // row_blocks
     first = tl.program_id(1) % row_blocks * BLOCK_M
@@ -229,14 +226,12 @@ def _merge_splits(
     for start in range(first, first + BLOCK_M, MERGE_ROWS):
         rows = start + tl.arange(0, MERGE_ROWS)
         kept = rows < group_rows
-        slots = (
-            first_row + rows
-        ) * num_splits  # (MERGE_ROWS,): each row's split 0
+        # (MERGE_ROWS,): each row's split 0
+        slots = (first_row + rows) * num_splits
         m = tl.full([MERGE_ROWS], float("-inf"), tl.float32)
         total = tl.zeros([MERGE_ROWS], tl.float32)  # sum_s exp(lse_s - m)
-        acc = tl.zeros(
-            [MERGE_ROWS, HEAD_DIM], tl.float32
-        )  # sum_s exp(lse_s - m) o_s
+        # sum_s exp(lse_s - m) o_s
+        acc = tl.zeros([MERGE_ROWS, HEAD_DIM], tl.float32)
         for split in range(num_splits):
             lse = tl.load(
                 PartialLSE + slots + split,
@@ -317,26 +312,22 @@ def _split_kernel(
     if BlockTables is not None:
         BlockTable = BlockTables + sequence.to(tl.int64) * max_pages
     kv_len = tl.load(Lengths + sequence)
-    positions = (
-        kv_len - seqlen_q + rows % seqlen_q
-    )  # query i is token kv_len - L + i
+    # query i is token kv_len - L + i
+    positions = kv_len - seqlen_q + rows % seqlen_q
 
     # This split's keys [lo, hi): the sequence's tiles shared out evenly, whole tiles per split.
     per_split = tl.cdiv(tl.cdiv(kv_len, BLOCK_N), num_splits) * BLOCK_N
     lo = split * per_split
     hi = min(lo + per_split, kv_len)
-    seen_by_all = (
-        (kv_len - seqlen_q + 1) // BLOCK_N * BLOCK_N
-    )  # keys below: full tiles, no mask
+    # keys below: full tiles, no mask
+    seen_by_all = (kv_len - seqlen_q + 1) // BLOCK_N * BLOCK_N
     mid = min(max(lo, seen_by_all), hi)
 
-    m_i = tl.full(
-        [BLOCK_M], float("-inf"), tl.float32
-    )  # running max of the scores (log2 units)
+    # running max of the scores (log2 units)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(scores - m_i)
-    acc = tl.zeros(
-        [BLOCK_M, HEAD_DIM], tl.float32
-    )  # running sum of exp2(scores - m_i) @ v
+    # running sum of exp2(scores - m_i) @ v
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     full = lo  # full tiles from here on through pointers, those before it through TMA
     if TMA:
         full = tl.where(page_size % BLOCK_N == 0, mid, lo)
@@ -354,14 +345,12 @@ def _split_kernel(
         kv_len, mid, hi, qk_scale, HEAD_DIM, BLOCK_N, True, False,
     )  # fmt: skip
 
-    empty = (
-        l_i == 0.0
-    )  # no key of this split for this row: zeros, and a weight of exp(-inf) = 0
+    # no key of this split for this row: zeros, and a weight of exp(-inf) = 0
+    empty = l_i == 0.0
     l_i = tl.where(empty, 1.0, l_i)
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_i)) / LOG2E)
-    slots = (
-        first_row + rows
-    ) * num_splits + split  # (BLOCK_M,): this split's entry of each row
+    # (BLOCK_M,): this split's entry of each row
+    slots = (first_row + rows) * num_splits + split
     dims = tl.arange(0, HEAD_DIM)
     tl.store(
         PartialOut + slots[:, None] * HEAD_DIM + dims[None, :],
@@ -428,11 +417,8 @@ def _variants() -> list[triton.Config]:
     the full tiles read through tensor descriptors (TMA), for Hopper and later."""
     if INTERPRETED:
         return [triton.Config({"BLOCK_N": 16, "TMA": True})]
-    shapes = [
-        (64, 4),
-        (64, 8),
-        (128, 8),
-    ]  # 128 keys at 4 warps spill at 64 rows
+    # 128 keys at 4 warps spill at 64 rows
+    shapes = [(64, 4), (64, 8), (128, 8)]
     return [
         triton.Config({"BLOCK_N": n, "TMA": True}, num_warps=w, num_stages=3)
         for n, w in shapes
@@ -557,9 +543,8 @@ def decode(
     partial_lse = torch.empty(
         rows, num_splits, device=q.device, dtype=torch.float32
     )
-    out = torch.empty_like(
-        q
-    )  # (B, H, L, D), its rows in (B, H, L) order like the partial ones
+    # (B, H, L, D), its rows in (B, H, L) order like the partial ones
+    out = torch.empty_like(q)
     counted = None
     if merge_in_launch:
         counted = counters(q.device, batch * heads_kv * row_blocks)

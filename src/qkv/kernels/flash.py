@@ -78,9 +78,8 @@ from qkv.kernels.contract import Packing
 from qkv.masks import Causal, Mask, parse_mask
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
-INTERPRETED = (
-    contract.interpreted()
-)  # read when the kernels below are decorated
+# read when the kernels below are decorated
+INTERPRETED = contract.interpreted()
 AUTOTUNE = not INTERPRETED and os.environ.get("QKV_FLASH_AUTOTUNE", "1") != "0"
 
 
@@ -242,9 +241,8 @@ def _attend_to_keys(
         cols = tile + tl.arange(0, BLOCK_N)
         k = _load_block(K, tile, cols, kv_len, HEAD_DIM, MASKED, TMA)
         v = _load_block(V, tile, cols, kv_len, HEAD_DIM, MASKED, TMA)
-        scores = (
-            tl.dot(q, tl.trans(k)) * qk_scale
-        )  # (BLOCK_M, BLOCK_N), in log2 units
+        # (BLOCK_M, BLOCK_N), in log2 units
+        scores = tl.dot(q, tl.trans(k)) * qk_scale
         if MASKED:
             keep = _keep(
                 rows[:, None],
@@ -332,22 +330,19 @@ def _forward_kernel(
     k_start, k_head_rows, seqlen_k = _sequence(
         CuSeqlensK, seqlen_k, tl.num_programs(1) // group
     )
-    if (
-        block * BLOCK_M >= seqlen_q
-    ):  # past the end of a shorter sequence of a packed batch
+    # past the end of a shorter sequence of a packed batch
+    if block * BLOCK_M >= seqlen_q:
         return
-    q_rows = (
-        q_start + head * q_head_rows
-    )  # where this head of the sequence begins
+    # where this head of the sequence begins
+    q_rows = q_start + head * q_head_rows
     k_rows = k_start + head // group * k_head_rows
     Q += q_rows * HEAD_DIM
     Out += q_rows * HEAD_DIM
     LSE += q_rows
     K += k_rows * HEAD_DIM
     V += k_rows * HEAD_DIM
-    offset = (
-        seqlen_k - seqlen_q
-    ) * bottom_right  # causal: query i sees keys j <= i + offset
+    # causal: query i sees keys j <= i + offset
+    offset = (seqlen_k - seqlen_q) * bottom_right
 
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     if TMA:
@@ -368,16 +363,13 @@ def _forward_kernel(
         lo_first, lo_last, hi_first, hi_last, BLOCK_N
     )
 
-    m_i = tl.full(
-        [BLOCK_M], float("-inf"), tl.float32
-    )  # running max of the scores (log2 units)
+    # running max of the scores (log2 units)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(scores - m_i)
-    acc = tl.zeros(
-        [BLOCK_M, HEAD_DIM], tl.float32
-    )  # running sum of exp2(scores - m_i) @ v
-    if (
-        WINDOW
-    ):  # tiles across the window's far edge (without a window there are none)
+    # running sum of exp2(scores - m_i) @ v
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # tiles across the window's far edge (without a window there are none)
+    if WINDOW:
         acc, l_i, m_i = _attend_to_keys(
             acc, l_i, m_i, q, K, V, rows, start, full_start,
             kv_len, offset, window, qk_scale,
@@ -509,30 +501,26 @@ def _dkdv_over_queries(
     for tile in range(start, end, BLOCK_M):
         rows = tile + tl.arange(0, BLOCK_M)
         q_t = _load_columns(Q, rows, seqlen_q, HEAD_DIM, MASKED)  # (D, BLOCK_M)
-        d_out = _load_rows(
-            dOut, rows, seqlen_q, HEAD_DIM, MASKED
-        )  # (BLOCK_M, D)
+        # (BLOCK_M, D)
+        d_out = _load_rows(dOut, rows, seqlen_q, HEAD_DIM, MASKED)
         if MASKED:
             lse2 = tl.load(LSE2 + rows, mask=rows < seqlen_q, other=0.0)
             delta = tl.load(Delta + rows, mask=rows < seqlen_q, other=0.0)
         else:
             lse2 = tl.load(LSE2 + rows)
             delta = tl.load(Delta + rows)
-        scores_t = (
-            tl.dot(k, q_t) * qk_scale
-        )  # (BLOCK_N, BLOCK_M), in log2 units
+        # (BLOCK_N, BLOCK_M), in log2 units
+        scores_t = tl.dot(k, q_t) * qk_scale
         p_t = _probabilities(
             scores_t, lse2[None, :], rows[None, :], cols[:, None], kv_len, offset, window,
             CAUSAL, WINDOW, MASKED,
         )  # fmt: skip
-        dv = tl.dot(
-            p_t.to(d_out.dtype), d_out, dv
-        )  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        dv = tl.dot(p_t.to(d_out.dtype), d_out, dv)
         dp_t = tl.dot(v, tl.trans(d_out))  # (BLOCK_N, BLOCK_M)
         ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(
-            ds_t.to(q_t.dtype), tl.trans(q_t), dk
-        )  # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        # (BLOCK_N, BLOCK_M) @ (BLOCK_M, D)
+        dk = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk)
         if ATOMIC_DQ:  # the fifth product, in place of the dQ kernel's three
             _add_dq(dQAccum, k, ds_t, rows, seqlen_q, HEAD_DIM, MASKED)
     return dk, dv
@@ -563,18 +551,16 @@ def _backward_dkdv_kernel(
     GPU (see `_add_dq`).
     """
     block = tl.program_id(0)
-    kv_head = tl.program_id(
-        1
-    )  # its query heads are kv_head * group + (0 .. group - 1)
+    # its query heads are kv_head * group + (0 .. group - 1)
+    kv_head = tl.program_id(1)
     q_start, q_head_rows, seqlen_q = _sequence(
         CuSeqlensQ, seqlen_q, tl.num_programs(1) * group
     )
     k_start, k_head_rows, seqlen_k = _sequence(
         CuSeqlensK, seqlen_k, tl.num_programs(1)
     )
-    if (
-        block * BLOCK_N >= seqlen_k
-    ):  # past the end of a shorter sequence of a packed batch
+    # past the end of a shorter sequence of a packed batch
+    if block * BLOCK_N >= seqlen_k:
         return
     k_rows = k_start + kv_head * k_head_rows
     K += k_rows * HEAD_DIM
@@ -610,9 +596,8 @@ def _backward_dkdv_kernel(
         dQ_h = dQAccum  # None without ATOMIC_DQ
         if ATOMIC_DQ:
             dQ_h += q_rows * HEAD_DIM
-        if (
-            CAUSAL
-        ):  # rows across the diagonal (without causal masking there are none)
+        # rows across the diagonal (without causal masking there are none)
+        if CAUSAL:
             dk, dv = _dkdv_over_queries(
                 dk, dv, k, v, Q_h, dOut_h, LSE2_h, Delta_h, dQ_h, cols, start, full_start,
                 seqlen_q, kv_len, offset, window, qk_scale,
@@ -647,9 +632,8 @@ def _dq_over_keys(
         cols = tile + tl.arange(0, BLOCK_N)
         k = _load_rows(K, cols, kv_len, HEAD_DIM, MASKED)
         v = _load_rows(V, cols, kv_len, HEAD_DIM, MASKED)
-        scores = (
-            tl.dot(q, tl.trans(k)) * qk_scale
-        )  # (BLOCK_M, BLOCK_N), in log2 units
+        # (BLOCK_M, BLOCK_N), in log2 units
+        scores = tl.dot(q, tl.trans(k)) * qk_scale
         p = _probabilities(
             scores, lse2[:, None], rows[:, None], cols[None, :], kv_len, offset, window,
             CAUSAL, WINDOW, MASKED,
@@ -684,9 +668,8 @@ def _backward_dq_kernel(
     k_start, k_head_rows, seqlen_k = _sequence(
         CuSeqlensK, seqlen_k, tl.num_programs(1) // group
     )
-    if (
-        block * BLOCK_M >= seqlen_q
-    ):  # past the end of a shorter sequence of a packed batch
+    # past the end of a shorter sequence of a packed batch
+    if block * BLOCK_M >= seqlen_q:
         return
     q_rows = q_start + head * q_head_rows
     k_rows = k_start + head // group * k_head_rows
@@ -1017,9 +1000,8 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx, d_out: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         d_out = d_out.contiguous()
-        batch, heads, rows, head_dim = (
-            q.shape
-        )  # rows: L, or packed total_q (batch 1)
+        # rows: L, or packed total_q (batch 1)
+        batch, heads, rows, head_dim = q.shape
         heads_kv = k.size(1)
         sequences, pointers, lengths, constants = _launch(q, k, *ctx.mask)
         delta, lse2 = torch.empty_like(lse), torch.empty_like(lse)
@@ -1115,9 +1097,8 @@ def attend_packed(
     tensor is copied into `(1, H, total, D)` and the output back, rather than giving every kernel a second
     row stride: a copy costs time linear in the tokens, the attention quadratic.
     """
-    q, k, v = (
-        x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)
-    )  # (total, H, D) -> (1, H, total, D)
+    # (total, H, D) -> (1, H, total, D)
+    q, k, v = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
     causal, bottom_right = (
         mask.alignment is not None,
         mask.alignment == "bottom_right",
@@ -1133,9 +1114,8 @@ def attend_packed(
         _scale(q, scale),
         packing,
     )
-    return (
-        out[0].transpose(0, 1).contiguous()
-    )  # (1, H, total_q, D) -> (total_q, H, D)
+    # (1, H, total_q, D) -> (total_q, H, D)
+    return out[0].transpose(0, 1).contiguous()
 
 
 def flash_attention(
@@ -1178,10 +1158,7 @@ def flash_attention_varlen(
     packing = contract.check_packed_inputs(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale
     )
-    scores = (
-        q.size(1),
-        q.size(0),
-        k.size(0),
-    )  # (H, total_q, total_k), of which only squares are kept
+    # (H, total_q, total_k), of which only squares are kept
+    scores = (q.size(1), q.size(0), k.size(0))
     mask = parse_mask(q, k, scores, None, causal, window, causal_name="causal")
     return attend_packed(q, k, v, packing, mask, scale)

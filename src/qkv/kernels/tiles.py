@@ -57,12 +57,10 @@ def query_bounds(
     For a block of keys `[first_col, last_col]`: rows `[lo_first, hi_last)` keep some of its keys and rows
     `[lo_last, hi_first)` keep all of them (none do if the block reaches past `kv_len`).
     """
-    visible = min(
-        max(kv_len - first_col, 0), 1
-    )  # 1 if the block holds a key below kv_len, else 0
-    whole = min(
-        max(kv_len - last_col, 0), 1
-    )  # 1 if all its keys are below kv_len, else 0
+    # 1 if the block holds a key below kv_len, else 0
+    visible = min(max(kv_len - first_col, 0), 1)
+    # 1 if all its keys are below kv_len, else 0
+    whole = min(max(kv_len - last_col, 0), 1)
     last_kept = min(last_col, kv_len - 1)
     lo_first = 0
     lo_last = 0
@@ -80,9 +78,8 @@ def query_bounds(
 def tile_ranges(lo_first, lo_last, hi_first, hi_last, BLOCK):
     """Partial, full and empty tiles of size `BLOCK`: `(start, full_start, full_end, end)`, see above."""
     start = lo_first // BLOCK * BLOCK
-    kept = min(
-        max(hi_last - lo_first, 0), 1
-    )  # 0 if no member keeps anything (lo_first >= hi_last)
+    # 0 if no member keeps anything (lo_first >= hi_last)
+    kept = min(max(hi_last - lo_first, 0), 1)
     end = start + (max(start, hi_last) - start) * kept
     full_start = min((lo_last + BLOCK - 1) // BLOCK * BLOCK, end)
     full_end = max(full_start, hi_first // BLOCK * BLOCK)
