@@ -837,10 +837,13 @@ def _variants(
 FORWARD_VARIANTS = _variants(VARIANTS, (64, 32))
 # One program per BLOCK_N keys, stepping through the queries BLOCK_M at a time.
 # A variant that adds to dQ (ATOMIC_DQ) adds to it again at each of the
-# autotuner's trial runs: `reset_to_zero` clears it before each.
+# autotuner's trial runs: `reset_to_zero` clears it before each. Compiled for
+# sm_90 at D = 128 (Triton 3.9, full and causal), every tile of 32 or 64
+# queries spills but 32x64 at 8 warps and 2 stages; 16 queries at 8 warps
+# (64 or 128 keys) do not: the autotuner can choose them.
 _tuned_backward_dkdv = _autotuned(
     _backward_dkdv_kernel,
-    [(32, 64), (64, 64), (32, 128)],
+    [(32, 64), (64, 64), (32, 128), (16, 64), (16, 128)],
     per_query_block=False,
     reset_to_zero=["dQAccum"],
 )
