@@ -65,6 +65,8 @@ ZENSICAL_CHECKS = (
     "tests/browser/test_pages.py",
     "tests/browser/test_feeds.py",
     "tests/browser/test_figures.py",
+    "tests/browser/test_interactions.py",
+    "tests/browser/test_widgets.py",
 )
 
 
