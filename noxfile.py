@@ -7,6 +7,7 @@ the CPU build this project is tested with. They are made and filled by uv where 
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -22,9 +23,6 @@ CONSTRAINTS = ("-c", "constraints.txt")
 DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
 # The newest Zensical that installs here: 0.1.x needs zensical-ui, which the registry lacks (docs/hooks/README.md)
 ZENSICAL = "zensical==0.0.73"
-SITE_FOR_TESTS = (
-    "http://127.0.0.1:8765/"  # tests/site/build.py's LOCAL_URL: the address the tests serve at
-)
 
 
 @nox.session(python=PYTHON)
@@ -59,13 +57,29 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", *session.posargs, env=DOCS_ENV)
 
 
+# What nox -s zensical checks on Zensical's build: the built site's files, then the pages in Chromium
+ZENSICAL_CHECKS = (
+    "tests/site/test_site_build.py",
+    "tests/site/test_links.py",
+    "tests/site/test_notebook_styles.py",
+    "tests/browser/test_pages.py",
+    "tests/browser/test_feeds.py",
+    "tests/browser/test_figures.py",
+    "tests/browser/test_interactions.py",
+    "tests/browser/test_widgets.py",
+)
+
+
 @nox.session(python=PYTHON, default=False)
 def zensical(session: nox.Session) -> None:
     """The site built by Zensical between the build steps (docs/hooks/steps: prepare, `zensical build`,
-    finish) into build/zensical/site, then the site's checks on that build (tests/site with QKV_SITE set):
-    where it falls short of the MkDocs build, they fail as expected (xfail, strict: a gap that closes shows)."""
-    _install(session, "-e", ".[docs,test]", ZENSICAL)
-    env = {**DOCS_ENV, "SITE_URL": SITE_FOR_TESTS}
+    finish) into build/zensical/site, then the site's checks on that build (`ZENSICAL_CHECKS`, with QKV_SITE
+    set): where it falls short of the MkDocs build, they fail as expected (xfail, strict: a gap that closes
+    shows). The site is built for a port of 127.0.0.1 that is free as the session starts, and served there."""
+    _ensure_chromium(session)
+    _install(session, "-e", ".[docs,test,browser]", ZENSICAL)
+    port = _free_port()
+    env = {**DOCS_ENV, "SITE_URL": f"http://127.0.0.1:{port}/"}
     staged, site = "build/zensical/docs", "build/zensical/site"
     session.run("python", "docs/hooks/steps", "prepare", "--staged", staged, env=env)
     session.run(
@@ -80,10 +94,9 @@ def zensical(session: nox.Session) -> None:
     session.run("python", "docs/hooks/steps", "finish", "--staged", staged, "--site", site, env=env)
     session.run(
         "pytest",
-        *("tests/site/test_site_build.py", "tests/site/test_links.py"),
-        "tests/site/test_notebook_styles.py",
+        *ZENSICAL_CHECKS,
         *("-n", "0", *session.posargs),
-        env={**env, "QKV_SITE": site},
+        env={**env, "QKV_SITE": site, "QKV_SITE_PORT": str(port)},
     )
 
 
@@ -152,3 +165,10 @@ def _ensure_chromium(session: nox.Session) -> None:
         )
     session.run("apt-get", "update", "-qq", external=True)
     session.run("apt-get", "install", "-y", "-qq", "chromium", external=True)
+
+
+def _free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now (another run of the tests may serve at 8765)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

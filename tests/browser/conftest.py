@@ -4,6 +4,8 @@ The site is the shared build of `tests.site.build.build_site` (`mkdocs build --s
 served by the main pytest process at the address it is built for (`pytest_configure`). The main process
 starts the build in the background as the run begins, so that the tests that need no site run meanwhile; a
 test that needs it waits for it (`site`). If the port is taken, the site is built first, for a free port.
+With `QKV_SITE` set (`nox -s zensical`), the site is the one built there for `LOCAL_URL`
+(`tests.site.build.ZENSICAL_SITE`), served as it is.
 Under `pytest -n 2 --dist loadgroup` (as `nox -s tests` runs), the reader's run (`test_reader.py`,
 `test_install.py`) is one group, kept to one worker; the pages are visited in `SHARDS` shards, each a group
 of its own, so that both workers visit pages; every other browser test goes to whichever worker is free.
@@ -28,7 +30,15 @@ import yaml
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.visit import Visit, visit, visitor
-from tests.site.build import LOCAL_PORT, LOCAL_URL, ROOT, build_site, serve, site_folder
+from tests.site.build import (
+    LOCAL_PORT,
+    LOCAL_URL,
+    ROOT,
+    ZENSICAL_SITE,
+    build_site,
+    serve,
+    site_folder,
+)
 
 HERE = Path(__file__).parent
 CHROMIUM = "/usr/bin/chromium"
@@ -114,9 +124,13 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     stack = config.stash[_serving] = contextlib.ExitStack()
     try:
-        folder = site_folder(LOCAL_URL)
+        folder = ZENSICAL_SITE or site_folder(LOCAL_URL)
         url = stack.enter_context(serve(folder, port=LOCAL_PORT))
     except OSError:
+        if ZENSICAL_SITE is not None:  # built for this port: it cannot be built for another
+            stack.close()
+            message = f"port {LOCAL_PORT} is taken: cannot serve {ZENSICAL_SITE}"
+            raise pytest.UsageError(message) from None
         folder = Path(tempfile.mkdtemp(prefix="qkv-site-"))
         url = stack.enter_context(serve(folder))
         try:

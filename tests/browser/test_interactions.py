@@ -10,6 +10,15 @@ from playwright.sync_api import Browser, Page
 
 from tests.browser.conftest import Site, posts
 from tests.browser.visit import DESKTOP, MATH_DONE, MATH_STATE, MATH_TIMEOUT_MS, PHONE
+from tests.site.build import ZENSICAL_SITE
+
+# On Zensical's build (nox -s zensical), what the search tests drive is not there (strict: it shows if it comes)
+ZENSICAL_SEARCH = pytest.mark.xfail(
+    ZENSICAL_SITE is not None,
+    reason="Zensical 0.0.73's search is its own dialog, opened by a button, without Material's"
+    " .md-search__input, and its index is search.json",
+    strict=True,
+)
 
 
 @pytest.fixture
@@ -30,6 +39,7 @@ def _articles_about(word: str) -> list[str]:
     ]
 
 
+@ZENSICAL_SEARCH
 @pytest.mark.parametrize("word", ["softmax", "mask"])
 def test_search_finds_the_articles(page: Page, word: str) -> None:
     expected = _articles_about(word)
@@ -45,6 +55,7 @@ def test_search_finds_the_articles(page: Page, word: str) -> None:
     assert not missing, f"search for {word!r} did not list {missing}; it listed:\n{found[:2000]}"
 
 
+@ZENSICAL_SEARCH
 @pytest.mark.parametrize(
     ("viewport", "opener"),
     [

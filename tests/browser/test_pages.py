@@ -3,7 +3,9 @@ code copyable, accessible, readable on a phone, and within the page-weight budge
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
@@ -32,7 +34,7 @@ from tests.browser.visit import (
     lay_out_everything,
     scan,
 )
-from tests.site.build import QuietHandler, serve
+from tests.site.build import ZENSICAL_SITE, QuietHandler, serve
 
 # Alt texts that say nothing about the picture.
 EMPTY_ALT = {
@@ -51,6 +53,61 @@ EMPTY_ALT = {
 
 def _report(problems: dict[str, list]) -> str:
     return "\n".join(f"/{page}: {found}" for page, found in problems.items() if found)
+
+
+class ZensicalGapError(AssertionError):
+    """A problem that a check finds on Zensical's build (nox -s zensical) where it finds none on MkDocs'."""
+
+
+@dataclass(frozen=True)
+class Gap:
+    """What Zensical's build lacks, as a check reports it: on which pages, which problems, and why."""
+
+    pages: frozenset[str]
+    problem: re.Pattern[str]
+    reason: str
+
+
+# By the check that finds each: on Zensical's build, the shards that visit one of its pages fail as expected
+# (strict: the day a release closes the gap, they pass, and the run fails until the gap is struck off here).
+ZENSICAL_GAPS = {
+    "test_no_serious_accessibility_violation": Gap(
+        frozenset({"blog/", "kernel-source/", "notebooks/playground/", "reference/"}),
+        re.compile(r"^(dark: )?color-contrast \(.*(md-nav__link--active|doc-label)"),
+        "Zensical 0.0.73's theme (the modern variant, its default) draws the navigation's active link"
+        " and the API reference's labels with too little contrast",
+    ),
+    "test_page_weight_is_within_budget": Gap(
+        frozenset({"blog/flash-attention/", "reference/"}),
+        re.compile(r"^[0-9,]+ bytes > "),
+        "Zensical 0.0.73's script bundle (177 KB; Material's 114 KB) takes the two heaviest pages over",
+    ),
+}
+
+
+def _assert_none(
+    request: pytest.FixtureRequest, visits: list[Visit], problems: dict[str, list]
+) -> None:
+    """No page of `visits` has a problem; on Zensical's build, those of the check's known gap
+    (`ZENSICAL_GAPS`) fail as expected, and any other fails as usual."""
+    gap = ZENSICAL_GAPS.get(request.node.originalname) if ZENSICAL_SITE is not None else None
+    if gap is None or not gap.pages & {record.path for record in visits}:
+        assert not any(problems.values()), _report(problems)
+        return
+    request.node.add_marker(
+        pytest.mark.xfail(reason=gap.reason, raises=ZensicalGapError, strict=True)
+    )
+    known = {
+        page: [found for found in found_all if page in gap.pages and gap.problem.search(found)]
+        for page, found_all in problems.items()
+    }
+    others = {
+        page: [found for found in found_all if found not in known[page]]
+        for page, found_all in problems.items()
+    }
+    assert not any(others.values()), _report(others)
+    if any(known.values()):
+        raise ZensicalGapError(_report(known))
 
 
 def test_each_shard_of_pages_keeps_to_one_worker(
@@ -124,9 +181,11 @@ def test_every_code_block_has_a_copy_button(visits: list[Visit]) -> None:
     assert sum(record.code_blocks for record in visits) > 0
 
 
-def test_no_serious_accessibility_violation(visits: list[Visit]) -> None:
+def test_no_serious_accessibility_violation(
+    request: pytest.FixtureRequest, visits: list[Visit]
+) -> None:
     problems = {record.path: record.violations for record in visits}
-    assert not any(problems.values()), _report(problems)
+    _assert_none(request, visits, problems)
 
 
 def _says_nothing(alt: str | None, src: str) -> bool:
@@ -237,13 +296,13 @@ def test_no_page_scrolls_sideways_on_a_phone(visits: list[Visit]) -> None:
     assert not problems, _report(problems)
 
 
-def test_page_weight_is_within_budget(visits: list[Visit]) -> None:
+def test_page_weight_is_within_budget(request: pytest.FixtureRequest, visits: list[Visit]) -> None:
     problems = {
         record.path: [f"{record.bytes:,} bytes > {PAGE_BUDGET_BYTES:,}"]
         for record in visits
         if record.bytes > PAGE_BUDGET_BYTES
     }
-    assert not problems, _report(problems)
+    _assert_none(request, visits, problems)
     assert all(record.bytes > 0 for record in visits)
 
 

@@ -32,7 +32,8 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
-LOCAL_PORT = 8765
+# nox -s zensical builds for a port that is free as it starts (another run may serve at 8765) and names it
+LOCAL_PORT = int(os.environ.get("QKV_SITE_PORT") or 8765)
 LOCAL_URL = f"http://127.0.0.1:{LOCAL_PORT}/"
 BUILD_INPUTS = ("docs", "src", "mkdocs.yml", "pyproject.toml")
 COMPLETE = ".build-complete"  # written last: a folder without it is a build that did not finish

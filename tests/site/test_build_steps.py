@@ -155,9 +155,11 @@ def _built_site(site: Path) -> None:
             '<div class="highlight"><pre><span></span><code>if x:\n    y = 1\n</code></pre></div>'
             '<a href="blog/a-post/">a post</a></article></body></html>'
         ),
-        "blog/a-post/index.html": f'<html><body>{ARTICLE}<a href="../../">home</a></article></body>',
+        "blog/a-post/index.html": (
+            f'<html><head></head><body>{ARTICLE}<a href="../../">home</a></article></body>'
+        ),
         "notebooks/tiny/index.html": (
-            f"<html><body>{ARTICLE}<style>.jupyter-wrapper .jp-Unused {{color: red}}"
+            f"<html><head></head><body>{ARTICLE}<style>.jupyter-wrapper .jp-Unused {{color: red}}"
             ".jupyter-wrapper .jp-MarkdownOutput {color: blue}</style>"
             '<div class="jupyter-wrapper"><div class="jp-MarkdownOutput">$x_i$</div></div>'
             "</article></body></html>"
@@ -188,6 +190,7 @@ def test_finish_does_to_the_built_pages_what_the_hooks_do(
     assert f'href="{SITE}assets/a.css"' in home
     assert f'href="{SITE}blog/a-post/"' in home
     assert '<span class="line" style="--i:4">' in home  # the hanging indent of code lines
+    assert f'title="JSON feed" href="{SITE}feed_json_created.json">' in home.split("</head>")[0]
     post = (site / "blog" / "a-post" / "index.html").read_text()
     assert f'<a href="{SITE}blog/a-post/a-post.ipynb" download' in post
     assert f'href="{SITE}"' in post

@@ -22,7 +22,9 @@ URL_ATTRIBUTES = {"href", "src"}
 NOT_FOLLOWED = ("mailto:", "javascript:", "data:", "tel:")
 # A post's excerpt, shown on the blog's index, archive, category and author views, links another post by
 # its file (`small-gpt.md`): Zensical 0.0.73 resolves that to `blog/posts/<name>/`, which is no page.
-EXCERPT_LINK_GAP = re.compile(r"^/blog/\S*index\.html: \S+/blog/posts/[a-z0-9-]+/ \(no file ")
+EXCERPT_LINK_GAP = re.compile(
+    r"^/blog/\S*index\.html: \S+/blog/posts/[a-z0-9-]+/(#\S*)? \(no file "
+)
 
 
 class Page(HTMLParser):

@@ -221,6 +221,28 @@ def test_rss_feeds_lose_the_image_without_url() -> None:
     assert without_empty_image(logo) == logo
 
 
+def test_each_page_gets_a_link_to_each_feed_it_lacks() -> None:
+    with_feed_links = load_step("feeds").with_feed_links
+    rss = '<link rel="alternate" type="application/rss+xml" title="RSS feed" href="../feed_rss_created.xml">'
+    page = f'<html><head>{rss}</head><body><a href="../feed_rss_updated.xml">RSS</a></body></html>'
+    linked = with_feed_links(page, "https://x/", "a/index.html")
+    head = linked.split("</head>")[0]
+    assert head.count("feed_rss_created.xml") == 1  # linked already, by a relative address
+    assert (
+        '<link rel="alternate" type="application/rss+xml" title="RSS feed of updated content" '
+        in head
+    )
+    for name in ("feed_rss_updated.xml", "feed_json_created.json", "feed_json_updated.json"):
+        assert head.count(f'href="https://x/{name}">') == 1, name
+    assert (
+        'type="application/feed+json" title="JSON feed" href="https://x/feed_json_created.json"'
+        in head
+    )
+    assert with_feed_links(linked, "https://x/", "a/index.html") == linked
+    with pytest.raises(ValueError, match=re.escape("a/index.html: no </head>")):
+        with_feed_links("<p>x</p>", "https://x/", "a/index.html")
+
+
 def test_reading_order_is_the_home_pages_numbered_list() -> None:
     reading_order = load_step("reading_order").reading_order
     home = "# Home\n\n## Reading order\n\n1. [B](blog/posts/b.md): b.\n2. [A](blog/posts/a.md)\n\n## Next\n"
@@ -332,6 +354,33 @@ def _footer(page: str, direction: str) -> str | None:
     """The title that a page's footer links as its previous or next page."""
     found = re.search(rf'md-footer__link--{direction}" aria-label="[^:"]+: ([^"]+)"', page)
     return html.unescape(found[1]) if found else None
+
+
+# The blog's feeds, which both generators write at the site's root, by their media types
+FEEDS = {
+    "feed_rss_created.xml": "application/rss+xml",
+    "feed_rss_updated.xml": "application/rss+xml",
+    "feed_json_created.json": "application/feed+json",
+    "feed_json_updated.json": "application/feed+json",
+}
+FEED_LINK = re.compile(
+    r'<link rel="alternate" type="(application/(?:rss\+xml|atom\+xml|feed\+json))"[^>]*? href="([^"]+)"'
+)
+
+
+def test_every_page_links_every_feed_once(site: Path) -> None:
+    """A feed reader pointed at any page finds the blog's feeds: its head links each, once, by full address."""
+    assert [name for name in FEEDS if not (site / name).is_file()] == []
+    expected = sorted((kind, LOCAL_URL + name) for name, kind in FEEDS.items())
+    pages = [
+        page
+        for page in sorted(site.rglob("*.html"))
+        if not page.relative_to(site).as_posix().startswith(("assets/", "simple/"))
+    ]
+    for page in pages:
+        head = page.read_text(encoding="utf-8").split("</head>", 1)[0]
+        assert sorted(FEED_LINK.findall(head)) == expected, page.relative_to(site).as_posix()
+    assert len(pages) > 20
 
 
 @pytest.mark.xfail(

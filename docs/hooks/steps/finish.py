@@ -11,7 +11,8 @@ rewrites it with the functions the hooks call, in the order the hooks run:
    and only the CSS rules that can match it (`notebook_styles.without_unused_css`), its notebook beside it
    with a download button;
 5. an article's notebook beside its page (`article_notebooks.article_notebook`), with a download button;
-6. every relative `href` and `src` made absolute (`absolute_urls.absolute_urls`), last.
+6. a link to each of the blog's feeds in its head (`feeds.with_feed_links`: Zensical's template links none);
+7. every relative `href` and `src` made absolute (`absolute_urls.absolute_urls`), last.
 
 The RSS feeds lose their empty image (`feeds.without_empty_image`). The package index's own pages
 (`simple/`) are files, not pages, and are left as they are. A page's address is its path under the site
@@ -37,7 +38,7 @@ from steps.article_notebooks import (
     with_download_button,
 )
 from steps.code_blocks import hanging_lines
-from steps.feeds import FEEDS, without_empty_image
+from steps.feeds import FEEDS, with_feed_links, without_empty_image
 from steps.figures import with_variants
 from steps.notebook_styles import without_unused_css
 from steps.notebooks import notebook_page
@@ -74,7 +75,7 @@ def finish(
 
     Raises:
         ValueError: a TeX error, a figure of a notebook without alt text, an article's link to no file of
-            the site, or a page without Material's content element where a button goes.
+            the site, a page without Material's content element where a button goes, or without a head.
     """
     site_url = prepared.values["site_url"]
     notebooks = {f"{NOTEBOOKS}/{path.stem}/index.html": path for path in _notebooks(docs)}
@@ -93,6 +94,7 @@ def finish(
                 html = _notebook_page(html, notebooks[path], page.parent, icon)
             if path in posts:
                 html = _article_page(html, posts[path], page.parent, urls, prepared, snippets, icon)
+            html = with_feed_links(html, site_url, path)
             base = site_url + (path.removesuffix("index.html") if path != "404.html" else "")
             page.write_text(absolute_urls(html, base), encoding="utf-8")
     except BaseException:
