@@ -145,6 +145,47 @@ def _few(values: list[int], shown: int = 12) -> str:
     return f"[{', '.join(map(str, values[:half]))}, ..., {', '.join(map(str, values[-half:]))}]"
 
 
+def check_cache_update(
+    layout: tuple[str, ...],
+    new: dict[str, object],
+    held: dict[str, Tensor | None],
+) -> None:
+    """Raise unless an update fits a cache of two tensors laid out as `layout`.
+
+    The new pair must be tensors of the layout's rank that agree on every axis
+    but the last, in dtype and device; where the cache holds a pair (`held`,
+    named as the messages should name it), each new tensor must agree with its
+    held one on every axis but the time, the next to last, and in dtype and
+    device.
+    """
+    for name, x in new.items():
+        check_tensor(name, x)
+        if x.dim() != len(layout):
+            raise ValueError(
+                f"{name} must be ({', '.join(layout)}), got shape {shape(x)}"
+            )
+    check_same_dtype_and_device(**new)
+    (a, x), (b, y) = new.items()
+    if x.shape[:-1] != y.shape[:-1]:
+        raise ValueError(
+            f"{a} and {b} disagree on ({', '.join(layout[:-1])}): "
+            f"{a} {shape(x)} vs {b} {shape(y)}"
+        )
+    if any(kept is None for kept in held.values()):
+        return
+    but_time = ", ".join((*layout[:-2], ".", layout[-1]))
+    for (name, x), (kept_name, kept) in zip(
+        new.items(), held.items(), strict=True
+    ):
+        if x.shape[:-2] != kept.shape[:-2] or x.size(-1) != kept.size(-1):
+            raise ValueError(
+                f"{name} {shape(x)} disagrees with the {kept_name} "
+                f"{shape(kept)} on {but_time}"
+            )
+    kept_name, kept = next(iter(held.items()))
+    check_same_dtype_and_device(**{kept_name: kept, a: x})
+
+
 def check_same_dtype_and_device(**tensors: Tensor) -> None:
     """Raise if the named tensors differ in dtype or device."""
     (first_name, first), *rest = tensors.items()

@@ -12,10 +12,9 @@ import torch
 from torch import Tensor
 
 from qkv._checks import (
-    check_same_dtype_and_device,
+    check_cache_update,
     check_sizes,
     check_tensor,
-    shape,
 )
 
 
@@ -94,29 +93,11 @@ class KVCache:
             )
 
     def _check(self, key: Tensor, value: Tensor) -> None:
-        for name, x in (("key", key), ("value", value)):
-            check_tensor(name, x)
-            if x.dim() != 4:
-                raise ValueError(
-                    f"{name} must be (B, H, T, D), got shape {shape(x)}"
-                )
-        check_same_dtype_and_device(key=key, value=value)
-        if key.shape[:3] != value.shape[:3]:
-            raise ValueError(
-                f"key and value disagree on (B, H, T): key {shape(key)} vs value {shape(value)}"
-            )
-        if self.key is None:
-            return
-        for name, new, held in (
-            ("key", key, self.key),
-            ("value", value, self.value),
-        ):
-            if new.shape[:2] != held.shape[:2] or new.size(-1) != held.size(-1):
-                raise ValueError(
-                    f"{name} {shape(new)} disagrees with the cached {name}s {shape(held)} on batch, heads "
-                    "or head size (B, H, ., D)"
-                )
-        check_same_dtype_and_device(**{"cached key": self.key, "key": key})
+        check_cache_update(
+            ("B", "H", "T", "D"),
+            {"key": key, "value": value},
+            {"cached key": self.key, "cached value": self.value},
+        )
 
 
 # --8<-- [start:streaming]

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from qkv._checks import (
     check_bool,
+    check_cache_update,
     check_module_input,
     check_number,
     check_same_dtype_and_device,
@@ -78,31 +79,13 @@ class LatentCache:
         return self.latents, self.rope_keys
 
     def _check(self, latents: object, rope_keys: object) -> None:
-        for name, x in (("latents", latents), ("rope_keys", rope_keys)):
-            check_tensor(name, x)
-            if x.dim() != 3:
-                raise ValueError(
-                    f"{name} must be (B, T, features), got shape {shape(x)}"
-                )
-        check_same_dtype_and_device(latents=latents, rope_keys=rope_keys)
-        if latents.shape[:2] != rope_keys.shape[:2]:
-            raise ValueError(
-                f"latents and rope_keys disagree on (B, T): latents {shape(latents)} vs "
-                f"rope_keys {shape(rope_keys)}"
-            )
-        if self.latents is None:
-            return
-        for name, new, held in (
-            ("latents", latents, self.latents),
-            ("rope_keys", rope_keys, self.rope_keys),
-        ):
-            if new.size(0) != held.size(0) or new.size(-1) != held.size(-1):
-                raise ValueError(
-                    f"{name} {shape(new)} disagrees with the cached {name} {shape(held)} on the "
-                    "batch or the features (B, ., features)"
-                )
-        check_same_dtype_and_device(
-            **{"cached latents": self.latents, "latents": latents}
+        check_cache_update(
+            ("B", "T", "features"),
+            {"latents": latents, "rope_keys": rope_keys},
+            {
+                "cached latents": self.latents,
+                "cached rope_keys": self.rope_keys,
+            },
         )
 
 

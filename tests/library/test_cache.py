@@ -103,14 +103,14 @@ def test_a_cache_refuses_other_masks():
         (
             torch.randn(3, 2, 1, 4),
             torch.randn(3, 2, 1, 4),
-            r"key \(3, 2, 1, 4\) disagrees with the cached keys \(2, 2, 5, 4\)",
+            r"key \(3, 2, 1, 4\) disagrees with the cached key \(2, 2, 5, 4\)",
         ),
         (torch.randn(2, 1, 1, 4), torch.randn(2, 1, 1, 4), r"key \(2, 1, 1, 4\) disagrees"),
         (torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 4), r"key \(2, 2, 1, 8\) disagrees"),
         (
             torch.randn(2, 2, 1, 4),
             torch.randn(2, 2, 1, 6),
-            r"value \(2, 2, 1, 6\) disagrees with the cached values \(2, 2, 5, 4\)",
+            r"value \(2, 2, 1, 6\) disagrees with the cached value \(2, 2, 5, 4\)",
         ),
         (
             torch.randn(2, 2, 1, 4),

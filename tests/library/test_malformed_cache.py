@@ -25,9 +25,9 @@ UPDATE = {  # case -> (cache maker, key, value, error, what the message must say
     "value of another dtype": (KVCache, X, X.double(), TypeError, r"key and value disagree on dtype"),
     "value on another device": (KVCache, X, X.to(META), ValueError, r"key and value are on different devices"),
     "value of another length": (KVCache, X, X[:, :, :2], ValueError, r"key and value disagree on \(B, H, T\)"),
-    "another batch than held": (held, torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4), ValueError, r"key \(2, 2, 1, 4\) disagrees with the cached keys"),
-    "other heads than held": (held, torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4), ValueError, r"key \(1, 3, 1, 4\) disagrees with the cached keys"),
-    "another Dv than held": (held, torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 5), ValueError, r"value \(1, 2, 1, 5\) disagrees with the cached values"),
+    "another batch than held": (held, torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4), ValueError, r"key \(2, 2, 1, 4\) disagrees with the cached key"),
+    "other heads than held": (held, torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4), ValueError, r"key \(1, 3, 1, 4\) disagrees with the cached key"),
+    "another Dv than held": (held, torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 5), ValueError, r"value \(1, 2, 1, 5\) disagrees with the cached value"),
     "another dtype than held": (held, X.double(), X.double(), TypeError, r"cached key and key disagree on dtype"),
     "another device than held": (held, X.to(META), X.to(META), ValueError, r"cached key and key are on different devices"),
 }  # fmt: skip
