@@ -72,6 +72,7 @@ from qkv.kernels.flash import (
     INTERPRETED,
     LOG2E,
     _on_device,
+    _rows_descriptor,
     _with_scratch,
 )
 
@@ -139,8 +140,9 @@ def _attend_to_keys(
 ):  # fmt: skip
     """Fold the key tiles in `[start, end)` into the rows; MASKED tiles cross a row's diagonal.
 
-    With TMA, `K` and `V` are tensor descriptors of the cache's rows (`_pool_descriptor`), and each tile,
-    full and inside one page, is one block of `BLOCK_N` consecutive rows.
+    With TMA, `K` and `V` are tensor descriptors of the cache's `(pool_rows, HEAD_DIM)` rows
+    (`flash._rows_descriptor`), and each tile, full and inside one page, is one block of `BLOCK_N`
+    consecutive rows.
     """
     for tile in range(start, end, BLOCK_N):
         cols = tile + tl.arange(0, BLOCK_N)
@@ -176,19 +178,6 @@ def _attend_to_keys(
 
 
 # --8<-- [end:inner-loop]
-
-
-@triton.jit
-def _pool_descriptor(
-    Ptr, pool_rows, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr
-):
-    """A tensor descriptor (TMA) of the cache as `(pool_rows, HEAD_DIM)` rows, read `BLOCK_N` at a time."""
-    return tl.make_tensor_descriptor(
-        Ptr,
-        shape=[pool_rows, HEAD_DIM],
-        strides=[HEAD_DIM, 1],
-        block_shape=[BLOCK_N, HEAD_DIM],
-    )
 
 
 @triton.jit
@@ -332,8 +321,8 @@ def _split_kernel(
     if TMA:
         full = tl.where(page_size % BLOCK_N == 0, mid, lo)
         acc, l_i, m_i = _attend_to_keys(  # full tiles, whole pages of them
-            acc, l_i, m_i, q, _pool_descriptor(K, pool_rows, HEAD_DIM, BLOCK_N),
-            _pool_descriptor(V, pool_rows, HEAD_DIM, BLOCK_N), BlockTable, sequence, kv_head,
+            acc, l_i, m_i, q, _rows_descriptor(K, pool_rows, HEAD_DIM, BLOCK_N),
+            _rows_descriptor(V, pool_rows, HEAD_DIM, BLOCK_N), BlockTable, sequence, kv_head,
             heads_kv, page_size, positions, kv_len, lo, full, qk_scale, HEAD_DIM, BLOCK_N, False, True,
         )  # fmt: skip
     acc, l_i, m_i = _attend_to_keys(  # full tiles
