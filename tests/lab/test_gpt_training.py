@@ -178,11 +178,12 @@ def test_the_trained_model_beats_every_baseline():
 @trained
 def test_samples_are_the_sites_english_and_python(site_gpt):
     # After prose, words of the site's vocabulary; inside a Python block that imported torch and qkv, the
-    # names of torch and qkv again (calls, imports), which the prose samples hardly ever write. Over 24
-    # seeds, with thresholds far from what the model does, so that an edit of the articles (the training
-    # text) does not decide the test: on 2026-11-26, 11 and 13 code samples of 24 named torch or qkv within
-    # 40 and 60 bytes, and no prose sample did; a model that had not learnt code from prose would score
-    # alike on both.
+    # names of torch and qkv again (calls, imports), which prose samples write far less often within the
+    # same length. Over 24 seeds, comparing the two prompts rather than fixing a count for prose, so that
+    # an edit of the articles (the training text) does not decide the test: on 2026-11-26, 11 and 13 code
+    # samples of 24 named torch or qkv within 40 and 60 bytes, and no prose sample did; on 2026-11-29,
+    # 16 code samples and 2 prose samples within 60 bytes (6 prose samples within 100: the site's prose
+    # names `torch` too). A model that had not learnt code from prose would score alike on both.
     seeds = range(24)
     words = set(re.findall(r"[a-z]{3,}", lab.site_text()))
     prose_prompt, code_prompt = (
@@ -201,8 +202,12 @@ def test_samples_are_the_sites_english_and_python(site_gpt):
     assert len(new_words) >= len(seeds) * 8
     assert sum(word in words for word in new_words) >= 0.7 * len(new_words)
     python = re.compile(r"torch|qkv")  # the names the site's blocks are made of
-    assert sum(bool(python.search(text)) for text in code) >= len(seeds) // 4, code
-    assert sum(bool(python.search(text)) for text in prose) <= len(seeds) // 8, prose
+
+    def naming(texts):  # how many name torch or qkv in their first 60 bytes
+        return sum(bool(python.search(text[:60])) for text in texts)
+
+    assert naming(code) >= len(seeds) // 4, code
+    assert naming(code) >= 3 * max(naming(prose), 1), (naming(code), naming(prose), prose)
 
 
 @trained
