@@ -25,7 +25,7 @@ from importlib.resources import files
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from qkv._checks import check_sizes
 from qkv.gpt import GPT, GPTConfig, generate
@@ -172,19 +172,38 @@ def train_gpt(
     """A `GPT` trained by AdamW on random windows of `train`; the model (eval
     mode) and every step's loss.
 
+    The weights start from `seed`, or from the state dict `start` (a
+    fine-tune); `train_bytes_model` trains them.
+    """
+    torch.manual_seed(seed)  # the initial weights
+    model = GPT(config)
+    if start is not None:
+        model.load_state_dict(start)
+    return train_bytes_model(
+        model, config.context, train, steps, batch, lr, seed
+    )
+
+
+def train_bytes_model(
+    model: nn.Module,
+    context: int,
+    train: Tensor,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+) -> tuple[nn.Module, list[float]]:
+    """`model`, a causal model of bytes, trained by AdamW on random windows of
+    `train`; the model (eval mode) and every step's loss.
+
     Each step draws `batch` windows of `context + 1` bytes from a generator
     seeded with `seed` and minimises the cross-entropy of each byte given the
     ones before it, its gradient clipped to norm 1. The learning rate rises
     linearly over the first tenth of the steps, then falls along a cosine to a
-    tenth of `lr`. The weights start from `seed`, or from the state dict `start`
-    (a fine-tune). One thread: see `qkv_lab.toys`.
+    tenth of `lr`. One thread: see `qkv_lab.toys`.
     """
     check_sizes(steps=steps, batch=batch)
-    torch.manual_seed(seed)  # the initial weights
     generator = torch.Generator().manual_seed(seed)  # the windows
-    model = GPT(config)
-    if start is not None:
-        model.load_state_dict(start)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 10)
 
@@ -196,13 +215,13 @@ def train_gpt(
         return min((step + 1) / warmup, cosine)
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
-    offsets = torch.arange(config.context + 1)  # (C + 1,)
+    offsets = torch.arange(context + 1)  # (C + 1,)
     losses = []
     with one_thread():
         # --8<-- [start:train-step]
         for _ in range(steps):
             starts = torch.randint(
-                len(train) - config.context, (batch, 1), generator=generator
+                len(train) - context, (batch, 1), generator=generator
             )
             windows = train[starts + offsets]  # (B, C + 1)
             logits = model(windows[:, :-1])  # (B, C, V)

@@ -18,16 +18,18 @@ about 11 minutes, on one thread of a shared machine); the site's build reads the
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv._checks import check_sizes
-from qkv_lab.gpt_training import bits_per_byte, encode, split
+from qkv_lab.gpt_training import (
+    bits_per_byte,
+    encode,
+    split,
+    train_bytes_model,
+)
 from qkv_lab.harness import environment
 from qkv_lab.lab_text import read_text, save_snapshot, text_record
 from qkv_lab.recall import Mixer
@@ -139,44 +141,14 @@ def train(
     lr: float,
     seed: int,
 ) -> HybridLM:
-    """A `HybridLM` trained by AdamW on random windows of `train_bytes`, in eval mode.
-
-    The schedule of `qkv_lab.gpt_training.train_gpt`: windows of `context + 1` bytes from a generator
-    seeded with `seed`, gradients clipped to norm 1, the rate rising over the first tenth of the steps,
-    then falling along a cosine to a tenth of `lr`. One thread.
-    """
-    check_sizes(steps=steps, batch=batch)
+    """A `HybridLM` trained by AdamW on random windows of `train_bytes`, in eval mode: the weights from
+    `seed`, the training of `qkv_lab.gpt_training.train_bytes_model` (the site GPT's schedule)."""
     torch.manual_seed(seed)  # the initial weights
-    generator = torch.Generator().manual_seed(seed)  # the windows
     model = HybridLM(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 10)
-
-    def rate(step: int) -> float:
-        """The learning rate at `step` as a multiple of `lr`."""
-        cosine = 0.1 + 0.9 * (1 + math.cos(math.pi * step / steps)) / 2
-        return min((step + 1) / warmup, cosine)
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
-    offsets = torch.arange(config.context + 1)  # (C + 1,)
-    with one_thread():
-        for _ in range(steps):
-            starts = torch.randint(
-                len(train_bytes) - config.context,
-                (batch, 1),
-                generator=generator,
-            )
-            windows = train_bytes[starts + offsets]  # (B, C + 1)
-            logits = model(windows[:, :-1])  # (B, C, V)
-            loss = F.cross_entropy(
-                logits.flatten(0, 1), windows[:, 1:].flatten()
-            )
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-    return model.eval()
+    trained, _ = train_bytes_model(
+        model, config.context, train_bytes, steps, batch, lr, seed
+    )
+    return trained
 
 
 def run(
