@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -294,6 +296,26 @@ def test_an_article_says_under_its_title_what_checked_it(monkeypatch: pytest.Mon
     assert "checked with qkv 1.2.3, PyTorch " in note
     assert note.endswith(", built 2025-11-24.\n{ .qkv-checked }")
     assert rest == "Text.\n# Not a title\n"
+
+
+def test_without_source_date_epoch_the_build_date_is_the_commits(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a repository whose one commit is dated 2001: the date the pages say, whatever today is
+    dated = {
+        "GIT_COMMITTER_DATE": "2001-02-03T12:00:00Z",
+        "GIT_AUTHOR_DATE": "2001-02-03T12:00:00Z",
+    }
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(
+        [*git, "-C", str(tmp_path), "commit", "-q", "--allow-empty", "-m", "x"],
+        check=True,
+        env={**os.environ, **dated},
+    )
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / ".git"))
+    assert load_step("code_blocks").checked_with("1.2.3").endswith(", built 2001-02-03")
 
 
 def test_pages_workflow_builds_with_the_readmes_docs_command_and_deploys() -> None:

@@ -25,7 +25,9 @@ import html
 import os
 import platform
 import re
+import subprocess
 from importlib.metadata import version
+from pathlib import Path
 
 POSTS = "blog/posts/"
 CONTINUES = "Continues the block above"
@@ -57,12 +59,30 @@ def titled(markdown: str) -> str:
     return MARKED_FENCE.sub(title, markdown)
 
 
+def _build_epoch() -> int:
+    """The build's date in seconds: SOURCE_DATE_EPOCH, else the time of the commit being built, so that
+    everyone who builds one commit writes the same pages (never the clock)."""
+    if "SOURCE_DATE_EPOCH" in os.environ:
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    try:
+        commit_time = subprocess.run(
+            ["git", "log", "-1", "--format=%ct"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return int(commit_time)
+    except (OSError, subprocess.CalledProcessError, ValueError) as error:
+        raise RuntimeError(
+            "the build date comes from SOURCE_DATE_EPOCH or the git commit: set SOURCE_DATE_EPOCH "
+            f"to build outside a git checkout ({error})"
+        ) from error
+
+
 def checked_with(qkv_version: str) -> str:
     """What the site's tests run the articles' code with: qkv, PyTorch and Python, and the build date."""
-    built = datetime.datetime.fromtimestamp(
-        int(os.environ.get("SOURCE_DATE_EPOCH", datetime.datetime.now().timestamp())),
-        tz=datetime.timezone.utc,
-    ).date()
+    built = datetime.datetime.fromtimestamp(_build_epoch(), tz=datetime.timezone.utc).date()
     return (
         f"qkv {qkv_version}, PyTorch {version('torch')} and Python {platform.python_version()}, "
         f"built {built.isoformat()}"
