@@ -109,19 +109,72 @@ def _scheme(page: Page) -> tuple[str, str]:
 def _toggle_until(page: Page, scheme: str) -> tuple[str, str]:
     """Click the palette toggle (it cycles system -> light -> dark) until `scheme`, at most three times."""
     for _ in range(3):
-        page.locator('[data-md-component="palette"] label:not([hidden])').click()
+        page.locator("[data-qkv-palette] label:not([hidden])").click()
         if _scheme(page)[0] == scheme:
             break
     return _scheme(page)
 
 
+def _browser_bar(page: Page) -> tuple[str, str]:
+    """The theme-color meta (the phone browser's bar) and the header's background, once the page is idle."""
+    page.wait_for_function("() => document.querySelector('meta[name=theme-color]')?.content")
+    return page.evaluate(
+        "() => [document.querySelector('meta[name=theme-color]').content,"
+        " getComputedStyle(document.querySelector('.md-header')).backgroundColor]"
+    )
+
+
 def test_palette_toggle_switches_to_dark_and_back(page: Page) -> None:
     light_scheme, light_background = _scheme(page)
     assert light_scheme == "default"
+    bar, header = _browser_bar(page)
+    assert bar == header
     dark_scheme, dark_background = _toggle_until(page, "slate")
     assert dark_scheme == "slate"
     assert dark_background != light_background
+    assert (
+        page.evaluate("() => document.querySelector('meta[name=color-scheme]').content") == "dark"
+    )
+    page.reload()
+    assert _scheme(page) == (dark_scheme, dark_background), "the choice did not outlive a reload"
     assert _toggle_until(page, "default") == (light_scheme, light_background)
+
+
+def test_the_palette_toggle_answers_the_enter_key(page: Page) -> None:
+    shown = "[data-qkv-palette] label:not([hidden])"
+    before = page.locator(shown).get_attribute("title")
+    page.locator("[data-qkv-palette] input:checked").focus()
+    page.keyboard.press("Enter")
+    assert page.locator(shown).count() == 1
+    assert page.locator(shown).get_attribute("title") != before
+
+
+# Every change to the palette's attributes on <body>, and whether the article had been parsed by then.
+WATCH_PALETTE = """
+window.qkvPalette = [];
+new MutationObserver((changes) => {
+  for (const change of changes)
+    if (change.target === document.body && change.attributeName.startsWith("data-md-color"))
+      window.qkvPalette.push([change.attributeName, document.querySelector(".md-content") !== null]);
+}).observe(document, { attributes: true, subtree: true });
+"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_palette_is_set_before_the_article_is_parsed(
+    browser: Browser, site: Site, scheme: str
+) -> None:
+    """Setting it later restyles the whole page (Material's component did, three times: half the blocking
+    time of the longest articles); the reader's system preference decides it on a first visit."""
+    context = browser.new_context(viewport=DESKTOP, color_scheme=scheme)
+    page = context.new_page()
+    page.add_init_script(WATCH_PALETTE)
+    page.goto(site.url + posts()[0].path, wait_until="networkidle")
+    changes = page.evaluate("window.qkvPalette")
+    scheme_on_body = _scheme(page)[0]
+    context.close()
+    assert [name for name, late in changes if late] == []
+    assert scheme_on_body == {"light": "default", "dark": "slate"}[scheme]
 
 
 def test_instant_navigation_typesets_the_next_page(page: Page, site: Site) -> None:
