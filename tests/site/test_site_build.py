@@ -14,6 +14,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import material
 import pytest
 import yaml
 from matplotlib.figure import Figure
@@ -283,6 +284,39 @@ def test_marked_blocks_get_a_visible_title() -> None:
     assert titled(page) == page.replace(
         "```python\nprint", '```python title="Continues the block above"\nprint'
     ).replace("  ```text\n", '  ```text title="Output"\n')
+
+
+def test_a_plain_name_loses_its_span_and_the_code_its_text_nothing_else() -> None:
+    block = (
+        '<div class="language-python highlight"><pre><span></span><code>'
+        '<span class="n">scores</span> <span class="o">=</span> <span class="n">q</span>'
+        ' <span class="o">@</span> <span class="nb">max</span><span class="p">(</span>'
+        '<span class="n">k</span><span class="p">)</span>\n'
+        '<span class="w">    </span><span class="k">return</span> <span class="n">x</span>'
+        "</code></pre></div>"
+    )
+    lined = load_step("code_blocks").hanging_lines(block)
+    assert '<span class="n">' not in lined
+    for token in ('<span class="o">@</span>', '<span class="nb">max</span>', '<span class="k">'):
+        assert token in lined
+
+    def text(page: str) -> str:
+        return html.unescape(re.sub("<[^>]+>", "", page))
+
+    assert text(lined) == text(block)
+
+
+def test_material_colours_a_plain_name_as_the_code_around_it() -> None:
+    """What lets the build drop the names' spans: were a theme to colour them, the names would lose it."""
+    stylesheets = Path(material.__file__).parent / "templates" / "assets" / "stylesheets"
+    main = next(stylesheets.glob("main.*.min.css")).read_text()
+    palette = next(stylesheets.glob("palette.*.min.css")).read_text()
+    assert ".highlight .n{color:var(--md-code-hl-name-color)}" in main
+    assert ".md-typeset pre{font-variant-ligatures:none;color:var(--md-code-fg-color)" in main
+    for css in (main, palette):
+        names = set(re.findall(r"--md-code-hl-name-color:([^;}]*)", css))
+        assert names == {"var(--md-code-fg-color)"}
+    assert "hl-name" not in (ROOT / "docs" / "stylesheets" / "extra.css").read_text()
 
 
 def test_an_article_says_under_its_title_what_checked_it(monkeypatch: pytest.MonkeyPatch) -> None:
