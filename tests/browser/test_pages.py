@@ -410,6 +410,30 @@ def test_an_article_read_in_two_parts_does_not_shift_on_a_phone(
     assert sidebar_shown
 
 
+# What moved in the header as the page loaded (the layout shifts' sources inside it), on each screen size.
+HEADER_SHIFTS = """async () => {
+  const shifts = await new Promise((done) => {
+    new PerformanceObserver((found) => done(found.getEntries())).observe({type: "layout-shift", buffered: true});
+    setTimeout(() => done([]), 500);
+  });
+  return shifts.flatMap((shift) => shift.sources)
+    .filter((source) => source.node?.closest?.(".md-header"))
+    .map((source) => `${source.node.nodeName}.${source.node.className}: x ${source.previousRect.x} -> `
+      + `${source.currentRect.x}`);
+}"""
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["phone", "desktop"])
+def test_nothing_in_the_header_moves_as_a_page_loads(
+    site: Site, browser: Browser, viewport: dict[str, int]
+) -> None:
+    page = browser.new_page(viewport=viewport)
+    page.goto(site.url + "blog/masking/", wait_until="networkidle")
+    moved = page.evaluate(HEADER_SHIFTS)
+    page.close()
+    assert moved == []
+
+
 COPY_BUTTONS = """() => [...document.querySelectorAll(".md-content pre")]
   .filter((pre) => pre.querySelector('button.md-code__button[data-md-type="copy"]')).length"""
 
